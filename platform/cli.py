@@ -1,0 +1,244 @@
+"""The `tidelake` command line.
+
+Start-up time matters for a CLI, so this module imports only click and the standard library;
+each command imports what it needs (Kafka client, protobuf, Spark, Dagster) when it runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+DEFAULT_HOME = ".tidelake"
+
+
+class CliError(click.ClickException):
+    """A known failure, shown as one clean line; exit code 2 for configuration/reachability."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def tidelake_home() -> Path:
+    """Folder for local state: $TIDELAKE_HOME, default .tidelake under the current directory."""
+    return Path(os.environ.get("TIDELAKE_HOME") or DEFAULT_HOME)
+
+
+def broker_state_file() -> Path:
+    return tidelake_home() / "broker.json"
+
+
+def kafka_conf() -> dict[str, Any]:
+    """librdkafka config: KAFKA_* variables if set, else the local broker of `tidelake broker`."""
+    from tidelake.platform.local_broker import running_broker
+    from tidelake.streaming.settings import kafka_client_config
+
+    with _clean_errors():
+        if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
+            return kafka_client_config()
+        state_file = broker_state_file()
+        address = running_broker(state_file)
+    if address is None:
+        raise CliError(
+            "no Kafka broker configured: set KAFKA_BOOTSTRAP_SERVERS=host:port for a cluster, or "
+            f"run `tidelake broker` in another terminal from this directory (it records its "
+            f"address in {state_file})",
+            exit_code=2,
+        )
+    return kafka_client_config({**os.environ, "KAFKA_BOOTSTRAP_SERVERS": address})
+
+
+@contextmanager
+def _clean_errors() -> Iterator[None]:
+    """Turn the errors users can fix into one-line messages instead of tracebacks."""
+    from tidelake.platform.local_broker import BrokerError
+    from tidelake.platform.produce import ProduceError
+    from tidelake.streaming.kafka_admin import KafkaAdminError, KafkaUnreachableError
+    from tidelake.streaming.settings import ConfigError
+
+    try:
+        yield
+    except (ConfigError, KafkaUnreachableError) as exc:
+        raise CliError(str(exc), exit_code=2) from None
+    except (KafkaAdminError, BrokerError, ProduceError) as exc:
+        raise CliError(str(exc)) from None
+
+
+def _flow_names() -> list[str]:
+    from tidelake.streaming.flows import FLOWS
+
+    return sorted(FLOWS)
+
+
+def _get_flows(names: tuple[str, ...] | list[str], param: str) -> list[Any]:
+    from tidelake.streaming.flows import FLOWS, get_flow
+
+    if not names:
+        return list(FLOWS.values())
+    try:
+        return [get_flow(name) for name in names]
+    except KeyError as exc:
+        raise click.BadParameter(str(exc.args[0]), param_hint=param) from None
+
+
+def _must_be_positive(ctx: click.Context, param: click.Parameter, value: float | None) -> Any:
+    if value is not None and not value > 0:  # also rejects nan
+        raise click.BadParameter(f"must be > 0, got {value}")
+    return value
+
+
+_kafka_timeout_option = click.option(
+    "--kafka-timeout",
+    type=float,
+    default=10.0,
+    show_default=True,
+    envvar="TIDELAKE_KAFKA_TIMEOUT",
+    callback=_must_be_positive,
+    metavar="SECONDS",
+    help="How long to wait for the Kafka cluster to answer before giving up.",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tidelake")
+def main() -> None:
+    """tidelake: protobuf events from Kafka into date-partitioned Delta tables."""
+
+
+@main.command()
+def broker() -> None:
+    """Run a local in-memory Kafka broker (Tansu) until Ctrl-C.
+
+    Prints KAFKA_BOOTSTRAP_SERVERS=... and records the address under $TIDELAKE_HOME (default
+    .tidelake), where other tidelake commands started from this directory find it.
+    """
+    from tidelake.platform.local_broker import run_foreground
+
+    with _clean_errors():
+        sys.exit(run_foreground(broker_state_file()))
+
+
+@main.group()
+def topics() -> None:
+    """Kafka topics of the declared flows."""
+
+
+@topics.command("create")
+@click.argument("flows", nargs=-1, metavar="[FLOW]...")
+@click.option(
+    "--replication-factor",
+    type=click.IntRange(min=-1),
+    default=-1,
+    show_default=True,
+    help="Replicas per partition; -1 uses the broker's default.",
+)
+@_kafka_timeout_option
+def topics_create(flows: tuple[str, ...], replication_factor: int, kafka_timeout: float) -> None:
+    """Create the topics of FLOWs (default: all declared flows) with their partition counts.
+
+    Topics that already exist as declared are left alone; a different partition count is an
+    error.
+    """
+    if replication_factor == 0:
+        raise click.BadParameter("must be >= 1, or -1", param_hint="'--replication-factor'")
+    specs = _get_flows(flows, "'FLOW'")
+    from tidelake.streaming.kafka_admin import check_reachable, ensure_flow_topics
+
+    conf = kafka_conf()
+    with _clean_errors():
+        check_reachable(conf, kafka_timeout)
+        ensure_flow_topics(conf, specs, replication_factor=replication_factor)
+    for spec in specs:
+        click.echo(f"{spec.topic}: {spec.topic_partitions} partitions (flow {spec.name})")
+
+
+@main.command()
+@click.argument("flow", metavar="FLOW")
+@click.option("--count", type=click.IntRange(min=1), help="Number of messages to send.")
+@click.option("--rate", type=float, callback=_must_be_positive, help="Events per second.")
+@click.option(
+    "--duration",
+    type=float,
+    callback=_must_be_positive,
+    metavar="SECONDS",
+    help="Send for this long (at --rate, or as fast as possible).",
+)
+@click.option(
+    "--malformed-share",
+    type=click.FloatRange(0, 1),
+    default=0.01,
+    show_default=True,
+    help="Share of poison messages (not protobuf, or missing a required field).",
+)
+@click.option(
+    "--late-share",
+    type=click.FloatRange(0, 1),
+    default=0.05,
+    show_default=True,
+    help="Share of good events that arrive 1-3 hours late.",
+)
+@click.option(
+    "--days",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Spread event times over the last D UTC dates (1: event time is now).",
+)
+@click.option("--seed", type=int, help="Random seed, for reproducible messages.")
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
+@_kafka_timeout_option
+def produce(
+    flow: str,
+    count: int | None,
+    rate: float | None,
+    duration: float | None,
+    malformed_share: float,
+    late_share: float,
+    days: int,
+    seed: int | None,
+    progress: bool,
+    kafka_timeout: float,
+) -> None:
+    """Send demo events of FLOW to its topic (created first if missing).
+
+    Give --count N (optionally paced with --rate R), or --duration S (optionally with --rate R).
+    """
+    if count is not None and duration is not None:
+        raise click.UsageError("give --count or --duration, not both")
+    if count is None and duration is None:
+        raise click.UsageError("give --count N, or --duration S (with or without --rate R)")
+    (spec,) = _get_flows([flow], "'FLOW'")
+    from tidelake.platform.produce import produce_demo_events
+    from tidelake.streaming.kafka_admin import check_reachable, ensure_topic
+
+    conf = kafka_conf()
+    with _clean_errors():
+        check_reachable(conf, kafka_timeout)
+        ensure_topic(conf, spec.topic, spec.topic_partitions)
+        try:
+            report = produce_demo_events(
+                spec,
+                conf,
+                count=count,
+                rate=rate,
+                duration_s=duration,
+                malformed_share=malformed_share,
+                late_share=late_share,
+                days=days,
+                seed=seed,
+                progress=progress,
+            )
+        except KeyboardInterrupt:
+            raise CliError("interrupted; queued messages were flushed", exit_code=130) from None
+    click.echo(report.summary())
+
+
+if __name__ == "__main__":
+    main()

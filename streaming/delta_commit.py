@@ -1,0 +1,136 @@
+"""Driver side of the Delta sink: validated, idempotent commits with delta-rs.
+
+Each micro-batch is one Delta transaction carrying an application transaction
+(app id = the stream's query id, version = batch id). A replayed batch finds its version
+already recorded and commits nothing, so Spark's at-least-once batch replay becomes
+exactly-once in the table. delta-rs validates almost nothing about added files, so
+`validate_files` does: files exist with the stated size, sit inside the table, and carry
+exactly the table's partition values.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.transaction import AddAction, CommitProperties, Transaction
+
+from tidelake.streaming.delta_files import DataFile, table_filesystem
+
+log = logging.getLogger(__name__)
+
+_COMMIT_ATTEMPTS = 5
+
+
+class DeltaCommitError(RuntimeError):
+    """Files cannot be committed as described; nothing was committed."""
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    table_uri: str
+    version: int | None  # Delta version written, None if skipped
+    files: int
+    rows: int
+    skipped: bool
+
+
+def ensure_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str]) -> DeltaTable:
+    """Open the table, creating it empty if missing; refuse a schema or layout mismatch."""
+    try:
+        table = DeltaTable(table_uri)
+    except TableNotFoundError:
+        table_filesystem(table_uri)[0].create_dir(table_filesystem(table_uri)[1], recursive=True)
+        DeltaTable.create(table_uri, schema, mode="ignore", partition_by=list(partition_by) or None)
+        table = DeltaTable(table_uri)
+    existing = table.metadata().partition_columns
+    if list(existing) != list(partition_by):
+        raise DeltaCommitError(
+            f"{table_uri} is partitioned by {existing}, the stream writes {list(partition_by)}"
+        )
+    have = pa.schema(table.schema().to_arrow())
+    missing = [f.name for f in schema if f.name not in have.names]
+    if missing:
+        raise DeltaCommitError(f"{table_uri} lacks columns {missing} that the stream writes")
+    return table
+
+
+def validate_files(table_uri: str, files: Sequence[DataFile], partition_by: Sequence[str]) -> None:
+    """Reject anything that would corrupt the table if committed."""
+    fs, root = table_filesystem(table_uri)
+    seen: set[str] = set()
+    infos = fs.get_file_info([f"{root}/{f.path}" for f in files])
+    for f, info in zip(files, infos, strict=True):
+        if f.path.startswith("/") or ".." in f.path.split("/") or "://" in f.path:
+            raise DeltaCommitError(f"file path {f.path!r} is not inside {table_uri}")
+        if f.path in seen:
+            raise DeltaCommitError(f"file {f.path} is listed twice")
+        seen.add(f.path)
+        if info.type != pafs.FileType.File:
+            raise DeltaCommitError(f"file {f.path} does not exist in {table_uri}")
+        if info.size != f.size:
+            raise DeltaCommitError(f"file {f.path} has {info.size} bytes, expected {f.size}")
+        if set(f.partition_values) != set(partition_by):
+            raise DeltaCommitError(
+                f"file {f.path} has partition values for {sorted(f.partition_values)}, "
+                f"table is partitioned by {list(partition_by)}"
+            )
+        folder = "/".join(f"{k}={f.partition_values[k]}" for k in partition_by)
+        if folder and not f.path.startswith(folder + "/"):
+            raise DeltaCommitError(f"file {f.path} is not in its partition folder {folder}")
+        if f.num_records <= 0:
+            raise DeltaCommitError(f"file {f.path} holds no rows")
+
+
+def commit_files(
+    table_uri: str,
+    files: Sequence[DataFile],
+    *,
+    schema: pa.Schema,
+    partition_by: Sequence[str],
+    app_id: str,
+    version: int,
+) -> CommitResult:
+    """Append files in one transaction, once per (app_id, version)."""
+    rows = sum(f.num_records for f in files)
+    validate_files(table_uri, files, partition_by)
+    actions = [
+        AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats)
+        for f in files
+    ]
+    table = ensure_table(table_uri, schema, partition_by)
+    for attempt in range(1, _COMMIT_ATTEMPTS + 1):
+        done = table.transaction_version(app_id)
+        if done is not None and done >= version:
+            log.info("%s: batch %s of %s already committed, skipping", table_uri, version, app_id)
+            return CommitResult(table_uri, None, len(files), rows, skipped=True)
+        txn = Transaction(app_id, version, int(time.time() * 1000))
+        try:
+            table.create_write_transaction(
+                actions,
+                "append",
+                schema,
+                list(partition_by) or None,
+                commit_properties=CommitProperties(
+                    app_transactions=[txn],
+                    custom_metadata={"tidelake.app_id": app_id, "tidelake.batch": version},
+                ),
+            )
+        except CommitFailedError as exc:
+            # a concurrent commit (a zombie writer of the same batch, or a metadata change):
+            # reload and re-check whether this batch is now recorded
+            log.warning("%s: commit attempt %s failed: %s", table_uri, attempt, exc)
+            if attempt == _COMMIT_ATTEMPTS:
+                raise
+            table = DeltaTable(table_uri)
+            continue
+        table.update_incremental()
+        return CommitResult(table_uri, table.version(), len(files), rows, skipped=False)
+    raise AssertionError("unreachable")
+

@@ -1,0 +1,124 @@
+"""A flow is one event type end to end, declared as data.
+
+A `FlowSpec` names the protobuf message, the Kafka topic, the Delta tables and the event-time
+field. The engine (Kafka source, decoder, Delta sink, runner) and the Dagster platform are
+generated from these specs; nothing downstream is written per flow.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Literal
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+EventTimeUnit = Literal["s", "ms", "us"]
+DemoEventFactory = Callable[[random.Random, int], Message]
+"""(rng, event_time_ms) -> a realistic message of the flow's type, for the demo producer."""
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+class FlowSpecError(ValueError):
+    """A flow declaration that cannot work, named with the field at fault."""
+
+
+@dataclass(frozen=True)
+class FlowSpec:
+    """Everything the platform needs to know about one event type."""
+
+    name: str
+    message: type[Message]
+    topic: str
+    key_field: str
+    event_time_field: str
+    event_time_unit: EventTimeUnit = "ms"
+    required_fields: tuple[str, ...] = ()
+    topic_partitions: int = 4
+    allowed_lateness: timedelta = timedelta(hours=2)
+    partition_column: str = "date"
+    description: str = ""
+    owners: tuple[str, ...] = ()
+    demo_event: DemoEventFactory | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise FlowSpecError(f"flow name {self.name!r} must match {_NAME.pattern}")
+        if not _TOPIC.match(self.topic):
+            raise FlowSpecError(
+                f"flow {self.name}: topic {self.topic!r} is not a valid Kafka topic"
+            )
+        fields = self.message.DESCRIPTOR.fields_by_name
+        for role, name in [
+            ("key_field", self.key_field),
+            ("event_time_field", self.event_time_field),
+        ]:
+            if name not in fields:
+                raise FlowSpecError(
+                    f"flow {self.name}: {role} {name!r} is not a field of "
+                    f"{self.message.DESCRIPTOR.full_name}"
+                )
+        for name in self.required_fields:
+            if name not in fields:
+                raise FlowSpecError(f"flow {self.name}: required field {name!r} does not exist")
+        time_field = fields[self.event_time_field]
+        if time_field.type not in _INTEGER_TYPES:
+            raise FlowSpecError(
+                f"flow {self.name}: event_time_field {self.event_time_field!r} must be an integer "
+                "epoch field"
+            )
+        if self.event_time_unit not in ("s", "ms", "us"):
+            raise FlowSpecError(f"flow {self.name}: event_time_unit must be s, ms or us")
+        if self.topic_partitions < 1:
+            raise FlowSpecError(f"flow {self.name}: topic_partitions must be >= 1")
+        for f in self.message.DESCRIPTOR.fields:
+            if _is_repeated(f) or f.type in (
+                FieldDescriptor.TYPE_MESSAGE,
+                FieldDescriptor.TYPE_GROUP,
+            ):
+                raise FlowSpecError(
+                    f"flow {self.name}: field {f.name!r} is repeated or a message; only scalar and "
+                    "enum fields are supported so far"
+                )
+        if self.partition_column in fields:
+            raise FlowSpecError(
+                f"flow {self.name}: partition_column {self.partition_column!r} clashes with a field"
+            )
+
+    @property
+    def table(self) -> str:
+        """Name of the Delta table (a folder under the lake root)."""
+        return self.name
+
+    @property
+    def quarantine_table(self) -> str:
+        return f"{self.name}_quarantine"
+
+    @property
+    def validity_fields(self) -> tuple[str, ...]:
+        """Fields that must be set (non-default) for a record to be accepted."""
+        return tuple(dict.fromkeys((self.key_field, self.event_time_field, *self.required_fields)))
+
+
+_INTEGER_TYPES = {
+    FieldDescriptor.TYPE_INT32,
+    FieldDescriptor.TYPE_INT64,
+    FieldDescriptor.TYPE_UINT32,
+    FieldDescriptor.TYPE_UINT64,
+    FieldDescriptor.TYPE_SINT32,
+    FieldDescriptor.TYPE_SINT64,
+    FieldDescriptor.TYPE_FIXED32,
+    FieldDescriptor.TYPE_FIXED64,
+    FieldDescriptor.TYPE_SFIXED32,
+    FieldDescriptor.TYPE_SFIXED64,
+}
+
+
+def _is_repeated(f: FieldDescriptor) -> bool:
+    return getattr(f, "is_repeated", None) or f.label == FieldDescriptor.LABEL_REPEATED

@@ -1,0 +1,129 @@
+"""One flow's always-on query: Kafka -> protobuf decode -> Delta table (+ quarantine)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from tidelake.streaming.decode import ProtobufDecoder
+from tidelake.streaming.delta_commit import ensure_table
+from tidelake.streaming.delta_sink import SinkPlan
+from tidelake.streaming.flow_spec import FlowSpec
+from tidelake.streaming.kafka_offsets import PartitionEnds
+from tidelake.streaming.settings import EngineSettings, redact
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FlowStream:
+    """Builds and runs the streaming query of one declared flow."""
+
+    flow: FlowSpec
+    settings: EngineSettings
+    kafka_conf: Mapping[str, str]
+
+    @property
+    def query_name(self) -> str:
+        return f"{self.flow.name}_stream"
+
+    @property
+    def table_uri(self) -> str:
+        return str(self.settings.table_path(self.flow.table))
+
+    @property
+    def quarantine_uri(self) -> str:
+        return str(self.settings.table_path(self.flow.quarantine_table))
+
+    @property
+    def checkpoint(self) -> str:
+        return str(self.settings.checkpoint_path(self.flow.name))
+
+    def preflight(self) -> None:
+        """Fail fast, before Spark starts, if the broker or the topic is missing."""
+        ends = PartitionEnds(self.kafka_conf, "tidelake-preflight", timeout_s=10)
+        try:
+            ends.partitions([self.flow.topic])
+        finally:
+            ends.close()
+
+    def source_options(self) -> dict[str, str]:
+        options = {f"kafka.{k}": v for k, v in self.kafka_conf.items()}
+        options.update(
+            subscribe=self.flow.topic,
+            startingOffsets="earliest",
+            maxOffsetsPerTrigger=str(self.settings.max_offsets_per_trigger),
+            failOnDataLoss="true",
+            groupIdPrefix=f"tidelake-{self.flow.name}",
+        )
+        options["tidelake.decoder"] = ProtobufDecoder.for_flow(self.flow).to_json()
+        return options
+
+    def sink_options(self) -> dict[str, str]:
+        return {
+            "path": self.table_uri,
+            "partitionBy": self.flow.partition_column,
+            "quarantine.path": self.quarantine_uri,
+        }
+
+    def start(self, spark: SparkSession, *, available_now: bool = False) -> StreamingQuery:
+        log.info(
+            "starting %s: topic %s -> %s (kafka %s)",
+            self.query_name,
+            self.flow.topic,
+            self.table_uri,
+            redact(self.kafka_conf),
+        )
+        stream = spark.readStream.format("tidelake-kafka").options(**self.source_options()).load()
+        plan = SinkPlan.from_options(self.sink_options(), stream.schema)
+        for layout in (plan.main, plan.quarantine):
+            if layout is not None:
+                ensure_table(layout.uri, layout.schema, layout.partition_by)
+        writer = (
+            stream.writeStream.format("tidelake-delta")
+            .queryName(self.query_name)
+            .options(**self.sink_options())
+            .option("checkpointLocation", self.checkpoint)
+        )
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=self.settings.trigger_interval)
+        return writer.start()
+
+
+def await_query(
+    query: StreamingQuery, stop: threading.Event, progress_interval_s: float = 10.0
+) -> None:
+    """Block until the query ends or `stop` is set (then stop it gracefully); log progress.
+
+    Raises the query's exception if it failed.
+    """
+    last_batch = -1
+    waited = 0.0
+    while query.isActive and not stop.is_set():
+        query.awaitTermination(0.25)
+        waited += 0.25
+        progress = query.lastProgress
+        if progress and progress["batchId"] != last_batch and waited >= progress_interval_s:
+            waited = 0.0
+            last_batch = progress["batchId"]
+            log.info(
+                "%s batch %s: %s rows, %.0f rows/s in, %.0f rows/s processed",
+                query.name,
+                progress["batchId"],
+                progress["numInputRows"],
+                progress.get("inputRowsPerSecond") or 0.0,
+                progress.get("processedRowsPerSecond") or 0.0,
+            )
+    if query.isActive:
+        log.info("stopping %s", query.name)
+        query.stop()
+    exc = query.exception()
+    if exc is not None:
+        raise RuntimeError(f"{query.name} failed: {exc}")

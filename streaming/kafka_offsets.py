@@ -1,0 +1,219 @@
+"""Kafka offsets for the source: exact partition ends, offset JSON, range planning.
+
+Ends come from the high watermark carried in a FETCH response, not from ListOffsets: the
+embedded broker answers ListOffsets(latest) with the start of its newest batch (short by up to
+one producer batch), and a source that trusted it would stop short at the end of a topic. One
+fetch per partition, starting at the last known end, is cheap and exact on every broker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+TopicPartitionKey = tuple[str, int]
+Offsets = dict[TopicPartitionKey, int]
+
+EARLIEST = -2
+LATEST = -1
+
+
+class KafkaSourceError(RuntimeError):
+    """The Kafka source cannot go on: a missing topic, lost data, an unreachable broker."""
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Offsets [start, end) of one topic-partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+def to_json_offsets(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
+    """Spark's Kafka offset layout {"topic": {"0": 42}}, keys in a fixed order.
+
+    Spark compares offsets as JSON strings, so an unstable key order would look like new data.
+    """
+    out: dict[str, dict[str, int]] = {}
+    for topic, partition in sorted(offsets):
+        out.setdefault(topic, {})[str(partition)] = int(offsets[(topic, partition)])
+    return out
+
+
+def from_json_offsets(doc: Mapping[str, Mapping[str, int]] | str) -> Offsets:
+    if isinstance(doc, str):
+        doc = json.loads(doc)
+    return {(t, int(p)): int(o) for t, parts in doc.items() for p, o in parts.items()}
+
+
+def rate_limit(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
+    """Cap a batch at max_rows, shared across partitions in proportion to their backlog."""
+    sizes = {tp: max(0, end[tp] - start.get(tp, end[tp])) for tp in end}
+    total = sum(sizes.values())
+    if total <= max_rows:
+        return dict(end)
+    shares = {tp: max_rows * size / total for tp, size in sizes.items()}
+    taken = {tp: math.floor(share) for tp, share in shares.items()}
+    leftover = max_rows - sum(taken.values())
+    for tp in sorted(shares, key=lambda tp: shares[tp] - taken[tp], reverse=True)[:leftover]:
+        taken[tp] += 1
+    return {tp: start.get(tp, end[tp]) + taken[tp] for tp in end}
+
+
+def plan_ranges(
+    start: Offsets, end: Offsets, *, min_tasks: int, pack_below_rows: int
+) -> list[list[OffsetRange]]:
+    """Group the batch's offset ranges into tasks.
+
+    A small batch is packed into one task (one Python worker round trip: lower latency); a
+    large one gets at least min_tasks tasks, splitting the largest ranges so both cores work.
+    """
+    ranges = [
+        OffsetRange(t, p, start.get((t, p), e), e)
+        for (t, p), e in sorted(end.items())
+        if e > start.get((t, p), e)
+    ]
+    total = sum(r.size for r in ranges)
+    if not ranges:
+        return []
+    if total < pack_below_rows:
+        return [ranges]
+    task_count = max(min_tasks, len(ranges))
+    chunk = math.ceil(total / task_count)
+    tasks: list[list[OffsetRange]] = []
+    for r in ranges:
+        pieces = max(1, round(r.size / chunk))
+        step = math.ceil(r.size / pieces)
+        for lo in range(r.start, r.end, step):
+            tasks.append([OffsetRange(r.topic, r.partition, lo, min(lo + step, r.end))])
+    return tasks
+
+
+def consumer_config(kafka_conf: Mapping[str, str], group_prefix: str) -> dict[str, object]:
+    """librdkafka settings for reading offset ranges by assignment (never commits to Kafka).
+
+    fetch.queue.backoff.ms and fetch.wait.max.ms default to 1000 and 500 ms; both stall a
+    consumer that reads ranges (measured: 117 k -> 228 k events/s), so they are lowered here.
+    User-supplied kafka.* options win.
+    """
+    conf: dict[str, object] = {
+        "group.id": f"{group_prefix}-{uuid.uuid4().hex[:12]}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+        "fetch.queue.backoff.ms": 10,
+        "fetch.wait.max.ms": 10,
+        "socket.connection.setup.timeout.ms": 10_000,
+    }
+    conf.update(kafka_conf)
+    return conf
+
+
+class PartitionEnds:
+    """Driver-side view of topic partitions and their exact end offsets."""
+
+    def __init__(self, kafka_conf: Mapping[str, str], group_prefix: str, timeout_s: float):
+        conf = consumer_config(kafka_conf, group_prefix)
+        # the probe only needs fetch responses, not data: keep its prefetch tiny
+        conf.setdefault("queued.min.messages", 1)
+        conf.setdefault("fetch.message.max.bytes", 65_536)
+        self._consumer = Consumer(conf)
+        self._timeout_s = timeout_s
+        self._servers = kafka_conf.get("bootstrap.servers", "?")
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def partitions(self, topics: Iterable[str]) -> list[TopicPartitionKey]:
+        """All partitions of the topics; fails clearly if the broker or a topic is missing."""
+        found: list[TopicPartitionKey] = []
+        for topic in topics:
+            try:
+                meta = self._consumer.list_topics(topic, timeout=self._timeout_s)
+            except KafkaException as exc:
+                raise KafkaSourceError(
+                    f"cannot reach Kafka at {self._servers} within {self._timeout_s:.0f}s: {exc}"
+                ) from exc
+            info = meta.topics.get(topic)
+            if info is None or info.error is not None or not info.partitions:
+                reason = info.error if info is not None and info.error else "no partitions"
+                raise KafkaSourceError(
+                    f"topic {topic!r} does not exist on {self._servers} ({reason})"
+                )
+            found += [(topic, p) for p in sorted(info.partitions)]
+        return found
+
+    def earliest(self, tps: Iterable[TopicPartitionKey]) -> Offsets:
+        out: Offsets = {}
+        for topic, partition in tps:
+            try:
+                low, _ = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=self._timeout_s, cached=False
+                )
+            except KafkaException as exc:
+                raise KafkaSourceError(
+                    f"cannot read offsets of {topic}/{partition} from {self._servers}: {exc}"
+                ) from exc
+            out[(topic, partition)] = low
+        return out
+
+    def latest(self, hints: Offsets) -> Offsets:
+        """Exact end offsets: one fetch per partition from its hint; its high watermark."""
+        pending = dict(hints)
+        low = self.earliest([tp for tp, o in pending.items() if o < 0])
+        for tp, o in low.items():
+            pending[tp] = o
+        ends: Offsets = {}
+        deadline = time.monotonic() + self._timeout_s
+        while pending:
+            self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in pending.items()])
+            try:
+                while pending and time.monotonic() < deadline:
+                    for msg in self._consumer.consume(num_messages=1000, timeout=0.05):
+                        tp = (msg.topic(), msg.partition())
+                        if tp not in pending:
+                            continue
+                        err = msg.error()
+                        if err is not None and err.code() in _OUT_OF_RANGE:
+                            # the hint was deleted by retention (or is past a truncated end)
+                            pending[tp] = self.earliest([tp])[tp]
+                            raise _Reassign
+                        if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                            raise KafkaSourceError(f"fetch from {tp[0]}/{tp[1]} failed: {err}")
+                        _, high = self._consumer.get_watermark_offsets(
+                            TopicPartition(*tp), cached=True
+                        )
+                        if high >= 0:
+                            ends[tp] = high
+                            del pending[tp]
+            except _Reassign:
+                continue
+            finally:
+                self._consumer.unassign()
+            if pending:
+                raise KafkaSourceError(
+                    f"no fetch response from {self._servers} within {self._timeout_s:.0f}s for "
+                    + ", ".join(f"{t}/{p}" for t, p in sorted(pending))
+                )
+        return ends
+
+
+class _Reassign(Exception):
+    pass
+
+
+_OUT_OF_RANGE = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)

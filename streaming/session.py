@@ -1,0 +1,54 @@
+"""The SparkSession the engine runs in, with tidelake's data sources registered."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+from pyspark.sql import SparkSession
+
+from tidelake.streaming.delta_sink import DeltaSinkDataSource
+from tidelake.streaming.kafka_source import KafkaDataSource
+
+DEFAULT_SPARK_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "4",
+    # an idle stream should not plan empty batches; the Delta sink commits only real data
+    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.driver.extraJavaOptions": "-XX:+UseG1GC -Xss4m",
+}
+
+
+def build_spark_session(
+    master: str = "local[2]",
+    conf: Mapping[str, str] | None = None,
+    app_name: str = "tidelake",
+) -> SparkSession:
+    """Get or create the session; local masters bind to loopback only."""
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # workers must run this interpreter (the virtualenv), not whatever python3 is on PATH
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(master).appName(app_name)
+    settings = dict(DEFAULT_SPARK_CONF)
+    if master.startswith("local"):
+        settings["spark.driver.host"] = "127.0.0.1"
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
+    settings.update(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("TIDELAKE_SPARK_LOG_LEVEL", "WARN"))
+    register_data_sources(spark)
+    return spark
+
+
+def register_data_sources(spark: SparkSession) -> None:
+    """Make format("tidelake-kafka") and format("tidelake-delta") available."""
+    spark.dataSource.register(KafkaDataSource)
+    spark.dataSource.register(DeltaSinkDataSource)

@@ -1,0 +1,73 @@
+"""Engine configuration from the environment, with local defaults.
+
+Kafka: `KAFKA_BOOTSTRAP_SERVERS` names the cluster; every other `KAFKA_<NAME>` variable is passed
+to librdkafka as `<name>` with underscores turned into dots (KAFKA_SECURITY_PROTOCOL=SASL_SSL,
+KAFKA_SASL_MECHANISM=PLAIN, KAFKA_SASL_USERNAME=..., KAFKA_SSL_CA_LOCATION=...). Secrets are never
+logged: use `redact()` before printing a client config.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_SECRET_WORDS = ("password", "secret", "key", "token", "jaas")
+
+
+class ConfigError(ValueError):
+    """A setting is missing or invalid; the message names it."""
+
+
+def kafka_client_config(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """librdkafka settings for the configured cluster (bootstrap.servers plus KAFKA_* extras)."""
+    env = os.environ if env is None else env
+    bootstrap = env.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    if not bootstrap:
+        raise ConfigError(
+            "KAFKA_BOOTSTRAP_SERVERS is not set: point it at a Kafka cluster, or start the local "
+            "broker with `tidelake broker`"
+        )
+    conf = {"bootstrap.servers": bootstrap}
+    for name, value in env.items():
+        if name.startswith("KAFKA_") and name != "KAFKA_BOOTSTRAP_SERVERS":
+            conf[name[len("KAFKA_") :].lower().replace("_", ".")] = value
+    return conf
+
+
+def redact(conf: Mapping[str, str]) -> dict[str, str]:
+    """A copy of a client config that is safe to log."""
+    return {
+        k: ("***" if any(word in k.lower() for word in _SECRET_WORDS) else v)
+        for k, v in conf.items()
+    }
+
+
+class EngineSettings(BaseSettings):
+    """Where the engine keeps its tables and checkpoints, and how it runs Spark."""
+
+    model_config = SettingsConfigDict(env_prefix="TIDELAKE_", extra="ignore")
+
+    lake: Path = Field(default=Path(".tidelake/lake"), description="root folder of Delta tables")
+    checkpoints: Path = Field(
+        default=Path(".tidelake/checkpoints"), description="root folder of stream checkpoints"
+    )
+    spark_master: str = Field(default="local[2]", description="Spark master URL")
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict, description='extra Spark settings as JSON, e.g. {"spark.a": "1"}'
+    )
+    max_offsets_per_trigger: int = Field(
+        default=500_000, ge=1, description="records per micro-batch at most (bounds memory)"
+    )
+    trigger_interval: str = Field(
+        default="0 seconds", description="processing-time trigger between micro-batches"
+    )
+
+    def table_path(self, table: str) -> Path:
+        return self.lake.resolve() / table
+
+    def checkpoint_path(self, query: str) -> Path:
+        return self.checkpoints.resolve() / query

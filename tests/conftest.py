@@ -1,0 +1,55 @@
+"""Shared fixtures: one real Kafka-compatible broker per test session, fresh topics per test.
+
+With KAFKA_BOOTSTRAP_SERVERS set (plus any KAFKA_* client settings) the tests run against that
+cluster instead of starting the embedded broker.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+
+from tidelake.platform.local_broker import EmbeddedBroker
+from tidelake.streaming.kafka_admin import quiet_client_config
+from tidelake.streaming.settings import kafka_client_config
+
+
+@pytest.fixture(scope="session")
+def kafka_conf() -> Iterator[dict[str, Any]]:
+    """librdkafka config of the cluster the tests use."""
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
+        yield kafka_client_config()
+        return
+    with EmbeddedBroker() as broker:
+        yield {"bootstrap.servers": broker.bootstrap_servers}
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest, kafka_conf: dict[str, Any]) -> Iterator[str]:
+    """A topic name no other test uses; the topic is deleted afterwards if it was created."""
+    test = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:80]
+    name = f"tidelake-test-{test}-{uuid.uuid4().hex[:8]}"
+    yield name
+    admin = AdminClient(quiet_client_config(kafka_conf))
+    for future in admin.delete_topics([name], operation_timeout=10).values():
+        try:
+            future.result(timeout=15)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A port on 127.0.0.1 with nothing listening (bound, read, released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -1,0 +1,118 @@
+"""Kafka admin helpers against a real broker: topics as declared, clear errors otherwise."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.kafka_admin import (
+    KafkaUnreachableError,
+    TopicConfigError,
+    TopicMissingError,
+    check_reachable,
+    ensure_flow_topics,
+    ensure_topic,
+    quiet_client_config,
+    require_topic,
+    topic_partition_count,
+)
+from tidelake.streaming.settings import ConfigError
+
+
+def _partitions(conf: dict[str, Any], topic: str) -> int | None:
+    topics = AdminClient(quiet_client_config(conf)).list_topics(timeout=10).topics
+    return len(topics[topic].partitions) if topic in topics else None
+
+
+def test_check_reachable_passes_for_a_live_broker(kafka_conf: dict[str, Any]) -> None:
+    check_reachable(kafka_conf, timeout_s=5)
+
+
+def test_ensure_topic_creates_it_with_the_partition_count(
+    kafka_conf: dict[str, Any], topic_name: str
+) -> None:
+    assert topic_partition_count(kafka_conf, topic_name) is None
+    ensure_topic(kafka_conf, topic_name, 3)
+    assert _partitions(kafka_conf, topic_name) == 3
+    assert topic_partition_count(kafka_conf, topic_name) == 3
+
+
+def test_ensure_topic_is_idempotent(kafka_conf: dict[str, Any], topic_name: str) -> None:
+    ensure_topic(kafka_conf, topic_name, 2, replication_factor=1)
+    ensure_topic(kafka_conf, topic_name, 2)
+    ensure_topic(kafka_conf, topic_name, 2, replication_factor=1)
+    assert _partitions(kafka_conf, topic_name) == 2
+
+
+def test_ensure_topic_refuses_a_different_partition_count(
+    kafka_conf: dict[str, Any], topic_name: str
+) -> None:
+    ensure_topic(kafka_conf, topic_name, 3)
+    with pytest.raises(TopicConfigError, match=rf"'{topic_name}'.* has 3 partitions, but 5"):
+        ensure_topic(kafka_conf, topic_name, 5)
+    assert _partitions(kafka_conf, topic_name) == 3
+
+
+def test_looking_up_a_missing_topic_does_not_create_it(
+    kafka_conf: dict[str, Any], topic_name: str
+) -> None:
+    # Tansu auto-creates a topic that a metadata request names; the helpers must never do that.
+    assert topic_partition_count(kafka_conf, topic_name) is None
+    with pytest.raises(TopicMissingError, match="tidelake topics create"):
+        require_topic(kafka_conf, topic_name)
+    assert _partitions(kafka_conf, topic_name) is None
+
+
+def test_ensure_flow_topics_uses_each_flows_declaration(
+    kafka_conf: dict[str, Any], topic_name: str
+) -> None:
+    flow = dataclasses.replace(CALL_EVENTS, topic=topic_name, topic_partitions=2)
+    ensure_flow_topics(kafka_conf, [flow])
+    ensure_flow_topics(kafka_conf, [flow])
+    assert _partitions(kafka_conf, topic_name) == 2
+
+
+def test_ensure_flow_topics_rejects_conflicting_declarations(
+    kafka_conf: dict[str, Any], topic_name: str
+) -> None:
+    first = dataclasses.replace(CALL_EVENTS, topic=topic_name, topic_partitions=2)
+    second = dataclasses.replace(first, name="other_flow", topic_partitions=3)
+    with pytest.raises(TopicConfigError, match="call_events and other_flow share topic"):
+        ensure_flow_topics(kafka_conf, [first, second])
+    assert _partitions(kafka_conf, topic_name) is None
+
+
+def test_invalid_arguments_fail_before_any_request(kafka_conf: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="partitions must be >= 1"):
+        ensure_topic(kafka_conf, "never-created", 0)
+    with pytest.raises(ValueError, match="replication_factor"):
+        ensure_topic(kafka_conf, "never-created", 1, replication_factor=0)
+    with pytest.raises(ConfigError, match="no bootstrap.servers"):
+        check_reachable({})
+    with pytest.raises(ConfigError, match="no.such.setting"):
+        check_reachable({**kafka_conf, "no.such.setting": "1"})
+
+
+def test_unreachable_broker_fails_fast_naming_the_address(closed_port: int) -> None:
+    conf = {"bootstrap.servers": f"127.0.0.1:{closed_port}"}
+    started = time.monotonic()
+    with pytest.raises(KafkaUnreachableError, match=rf"bootstrap.servers=127.0.0.1:{closed_port}"):
+        check_reachable(conf, timeout_s=5)
+    with pytest.raises(KafkaUnreachableError):
+        ensure_topic(conf, "never-created", 1, timeout_s=5)
+    assert time.monotonic() - started < 2
+
+
+def test_silent_address_times_out_within_the_limit(closed_port: int) -> None:
+    # Mixed list: one refusing address and one that cannot be parsed, so the fast path is off
+    # and librdkafka's own metadata timeout decides.
+    conf = {"bootstrap.servers": f"127.0.0.1:{closed_port},not-a-port"}
+    started = time.monotonic()
+    with pytest.raises(KafkaUnreachableError, match=r"no metadata within 1s"):
+        check_reachable(conf, timeout_s=1)
+    assert time.monotonic() - started < 3

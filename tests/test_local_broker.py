@@ -1,0 +1,216 @@
+"""The embedded Tansu broker: starts isolated, works, and leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from tidelake.platform.local_broker import BrokerError, EmbeddedBroker, running_broker
+from tidelake.streaming.kafka_admin import ensure_topic, quiet_client_config
+
+TIDELAKE = Path(sys.executable).with_name("tidelake")
+
+
+def _metadata(bootstrap: str):
+    return AdminClient(quiet_client_config({"bootstrap.servers": bootstrap})).list_topics(timeout=5)
+
+
+def test_start_and_stop_leave_no_process_or_directory() -> None:
+    broker = EmbeddedBroker()
+    broker.start()
+    pid, workdir = broker.pid, broker.workdir
+    assert pid is not None and workdir is not None and workdir.is_dir()
+    assert re.fullmatch(r"127\.0\.0\.1:\d+", broker.bootstrap_servers)
+    metadata = _metadata(broker.bootstrap_servers)
+    advertised = {f"{b.host}:{b.port}" for b in metadata.brokers.values()}
+    assert advertised == {broker.bootstrap_servers}
+
+    broker.stop()
+    assert _gone(pid)
+    assert not workdir.exists()
+    assert broker.pid is None and not broker.is_alive()
+    broker.stop()  # a second stop is harmless
+    with pytest.raises(BrokerError, match="not running"):
+        _ = broker.bootstrap_servers
+
+
+def test_messages_round_trip_through_the_broker() -> None:
+    with EmbeddedBroker() as broker:
+        conf = {"bootstrap.servers": broker.bootstrap_servers}
+        ensure_topic(conf, "round-trip", 2)
+        producer = Producer(quiet_client_config(conf))
+        producer.produce("round-trip", b"value", b"key", partition=1)
+        assert producer.flush(10) == 0
+        consumer = Consumer(quiet_client_config({**conf, "group.id": "round-trip"}))
+        consumer.assign([TopicPartition("round-trip", 1, 0)])
+        message = consumer.poll(10)
+        consumer.close()
+    assert message is not None and message.error() is None
+    assert (message.key(), message.value()) == (b"key", b"value")
+
+
+def test_tansu_settings_in_environment_and_dotenv_are_ignored(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    hostile = {
+        "LISTENER_URL": "tcp://0.0.0.0:1",
+        "ADVERTISED_LISTENER_URL": "tcp://example.invalid:1",
+        "STORAGE_ENGINE": "postgres://nowhere.invalid/tansu",
+        "CLUSTER_ID": "hijacked",
+        "SCHEMA_REGISTRY": "file:///nonexistent",
+    }
+    for name, value in hostile.items():
+        monkeypatch.setenv(name, value)
+    # Tansu looks for .env in its working directory and every parent: plant one in a parent.
+    (tmp_path / ".env").write_text("".join(f"{k}={v}\n" for k, v in hostile.items()))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    with EmbeddedBroker() as first, EmbeddedBroker() as second:
+        assert first.workdir is not None and first.workdir.parent == tmp_path
+        address = first.bootstrap_servers
+        assert address != second.bootstrap_servers
+        metadata = _metadata(address)
+    assert metadata.cluster_id.startswith("tidelake-local-")
+    assert {f"{b.host}:{b.port}" for b in metadata.brokers.values()} == {address}
+
+
+def _gone(pid: int, timeout_s: float = 5.0) -> bool:
+    """True once pid has exited; an orphan stays a zombie until init reaps it, which counts."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _fake_broker(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "fake-tansu"
+    script.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'pid'}\n{body}\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_start_up_failure_reports_exit_code_and_log(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    broker = EmbeddedBroker(
+        binary=_fake_broker(tmp_path, "echo 'simulated: disk on fire' >&2; exit 3")
+    )
+    with pytest.raises(BrokerError, match=r"(?s)exited with code 3.*simulated: disk on fire"):
+        broker.start()
+    assert not list(tmp_path.glob("tidelake-broker-*"))
+
+
+def test_broker_that_never_answers_is_killed_after_timeout(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    # Ignores SIGINT and SIGTERM (and so does its child): only a SIGKILL to the group ends both.
+    binary = _fake_broker(
+        tmp_path,
+        f"trap '' INT TERM\necho still starting\nsleep 60 &\necho $! > {tmp_path / 'child'}\nwait",
+    )
+    broker = EmbeddedBroker(binary=binary, startup_timeout_s=0.5, stop_grace_s=0.3)
+    started = time.monotonic()
+    with pytest.raises(BrokerError, match=r"(?s)did not come up .* within 0.5s.*still starting"):
+        broker.start()
+    assert time.monotonic() - started < 5
+    for pid_file in ("pid", "child"):
+        assert _gone(int((tmp_path / pid_file).read_text()))
+    assert not list(tmp_path.glob("tidelake-broker-*"))
+
+
+def test_running_broker_reads_state_file(tmp_path: Path) -> None:
+    state_file = tmp_path / "broker.json"
+    assert running_broker(state_file) is None
+    state_file.write_text(json.dumps({"bootstrap_servers": "127.0.0.1:1", "pid": os.getpid()}))
+    assert running_broker(state_file) == "127.0.0.1:1"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    state_file.write_text(json.dumps({"bootstrap_servers": "127.0.0.1:1", "pid": dead.pid}))
+    assert running_broker(state_file) is None
+    state_file.write_text("{not json")
+    with pytest.raises(BrokerError, match="unreadable"):
+        running_broker(state_file)
+
+
+def _start_cli_broker(home: Path) -> tuple[subprocess.Popen[str], str]:
+    env = {**os.environ, "TIDELAKE_HOME": str(home)}
+    env.pop("KAFKA_BOOTSTRAP_SERVERS", None)
+    process = subprocess.Popen(
+        [str(TIDELAKE), "broker"],
+        cwd=home.parent,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        if not selector.select(timeout=20):
+            process.kill()
+            pytest.fail("`tidelake broker` printed nothing within 20s")
+    line = process.stdout.readline().strip()
+    match = re.fullmatch(r"KAFKA_BOOTSTRAP_SERVERS=(127\.0\.0\.1:\d+)", line)
+    if not match:
+        process.kill()
+        pytest.fail(f"unexpected first line {line!r}; stderr: {process.communicate()[1]}")
+    return process, match.group(1)
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_cli_broker_runs_until_signalled(tmp_path: Path, stop_signal: signal.Signals) -> None:
+    home = tmp_path / "home"
+    process, address = _start_cli_broker(home)
+    try:
+        state_file = home / "broker.json"
+        state = json.loads(state_file.read_text())
+        assert state["bootstrap_servers"] == address
+        assert running_broker(state_file) == address
+        assert _metadata(address).brokers
+
+        process.send_signal(stop_signal)
+        assert process.wait(timeout=15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert not state_file.exists()
+    assert _gone(state["pid"])
+    assert not Path(state["log"]).parent.exists()
+
+
+def test_cli_broker_refuses_to_start_twice(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    process, address = _start_cli_broker(home)
+    try:
+        env = {**os.environ, "TIDELAKE_HOME": str(home)}
+        second = subprocess.run(
+            [str(TIDELAKE), "broker"], env=env, capture_output=True, text=True, timeout=20
+        )
+        assert second.returncode != 0
+        assert f"already running at {address}" in second.stderr
+        assert "Traceback" not in second.stderr
+        assert running_broker(home / "broker.json") == address  # first one untouched
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
