@@ -236,8 +236,74 @@ def produce(
                 progress=progress,
             )
         except KeyboardInterrupt:
-            raise CliError("interrupted; queued messages were flushed", exit_code=130) from None
+            raise CliError("interrupted", exit_code=130) from None
     click.echo(report.summary())
+
+
+@main.command()
+@click.argument("flow", metavar="FLOW")
+@click.option(
+    "--available-now",
+    is_flag=True,
+    help="Process everything in Kafka now, commit it, and exit 0 (Trigger.AvailableNow).",
+)
+@click.option(
+    "--max-offsets-per-trigger",
+    type=click.IntRange(min=1),
+    help="Records per micro-batch at most [env TIDELAKE_MAX_OFFSETS_PER_TRIGGER; 500000].",
+)
+@click.option("--master", help="Spark master URL [env TIDELAKE_SPARK_MASTER; local[2]].")
+@click.option(
+    "--conf",
+    "spark_conf",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Spark setting; repeatable (added to TIDELAKE_SPARK_CONF).",
+)
+def stream(
+    flow: str,
+    available_now: bool,
+    max_offsets_per_trigger: int | None,
+    master: str | None,
+    spark_conf: tuple[str, ...],
+) -> None:
+    """Run FLOW's stream: Kafka -> decode -> Delta, until SIGTERM/Ctrl-C.
+
+    Tables go to $TIDELAKE_LAKE (default .tidelake/lake), checkpoints to $TIDELAKE_CHECKPOINTS
+    (default .tidelake/checkpoints). A first SIGTERM/SIGINT stops after a consistent point; the
+    next run resumes from the checkpoint.
+    """
+    import logging
+
+    (spec,) = _get_flows([flow], "'FLOW'")
+    extra: dict[str, str] = {}
+    for item in spark_conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="'--conf'")
+        extra[key.strip()] = value
+    logging.basicConfig(
+        level=os.environ.get("TIDELAKE_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from tidelake.streaming.kafka_admin import KafkaAdminError
+    from tidelake.streaming.kafka_offsets import KafkaSourceError
+    from tidelake.streaming.runner import run_flow_stream, stop_on_signals
+    from tidelake.streaming.settings import load_engine_settings
+
+    conf = kafka_conf()
+    with _clean_errors():
+        settings = load_engine_settings(
+            max_offsets_per_trigger=max_offsets_per_trigger, spark_master=master
+        )
+    settings.spark_conf.update(extra)
+    stop = stop_on_signals()
+    try:
+        run_flow_stream(spec, settings, conf, available_now=available_now, stop=stop)
+    except (KafkaSourceError, KafkaAdminError) as exc:
+        raise CliError(str(exc), exit_code=2) from None
+    except RuntimeError as exc:
+        raise CliError(str(exc)) from None
 
 
 if __name__ == "__main__":

@@ -106,9 +106,11 @@ class EmbeddedBroker:
 
     @property
     def log_path(self) -> Path | None:
+        """The broker's combined stdout/stderr, or None when stopped."""
         return self._workdir / _LOG_NAME if self._workdir is not None else None
 
     def is_alive(self) -> bool:
+        """True while the broker process runs (it can die on its own, e.g. killed by OOM)."""
         return self._process is not None and self._process.poll() is None
 
     def start(self) -> None:

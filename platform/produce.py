@@ -131,9 +131,13 @@ def produce_demo_events(
     started = time.perf_counter()
     stop_at = started + duration_s if duration_s is not None and total is None else math.inf
     bar = tqdm(
-        total=total, unit="msg", unit_scale=True, file=sys.stderr, disable=not progress,
-        desc=flow.topic, dynamic_ncols=True,
-    )  # fmt: skip
+        total=total,
+        desc=flow.topic,
+        unit="msg",
+        unit_scale=True,
+        file=sys.stderr,
+        disable=not progress,
+    )
     produced = 0
     try:
         while total is None or produced < total:

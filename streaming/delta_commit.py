@@ -133,4 +133,3 @@ def commit_files(
         table.update_incremental()
         return CommitResult(table_uri, table.version(), len(files), rows, skipped=False)
     raise AssertionError("unreachable")
-

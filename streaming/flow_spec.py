@@ -121,4 +121,4 @@ _INTEGER_TYPES = {
 
 
 def _is_repeated(f: FieldDescriptor) -> bool:
-    return getattr(f, "is_repeated", None) or f.label == FieldDescriptor.LABEL_REPEATED
+    return bool(f.is_repeated)

@@ -14,7 +14,7 @@ from tidelake.streaming.decode import ProtobufDecoder
 from tidelake.streaming.delta_commit import ensure_table
 from tidelake.streaming.delta_sink import SinkPlan
 from tidelake.streaming.flow_spec import FlowSpec
-from tidelake.streaming.kafka_offsets import PartitionEnds
+from tidelake.streaming.kafka_admin import require_topic
 from tidelake.streaming.settings import EngineSettings, redact
 
 log = logging.getLogger(__name__)
@@ -46,11 +46,7 @@ class FlowStream:
 
     def preflight(self) -> None:
         """Fail fast, before Spark starts, if the broker or the topic is missing."""
-        ends = PartitionEnds(self.kafka_conf, "tidelake-preflight", timeout_s=10)
-        try:
-            ends.partitions([self.flow.topic])
-        finally:
-            ends.close()
+        require_topic(self.kafka_conf, self.flow.topic)
 
     def source_options(self) -> dict[str, str]:
         options = {f"kafka.{k}": v for k, v in self.kafka_conf.items()}

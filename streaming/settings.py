@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _SECRET_WORDS = ("password", "secret", "key", "token", "jaas")
@@ -71,3 +71,14 @@ class EngineSettings(BaseSettings):
 
     def checkpoint_path(self, query: str) -> Path:
         return self.checkpoints.resolve() / query
+
+
+def load_engine_settings(**overrides: object) -> EngineSettings:
+    """EngineSettings from TIDELAKE_* variables plus overrides; errors name the variable."""
+    try:
+        return EngineSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"TIDELAKE_{str(err['loc'][0]).upper()}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"invalid engine settings: {problems}") from None

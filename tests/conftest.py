@@ -38,6 +38,22 @@ def topic_name(request: pytest.FixtureRequest, kafka_conf: dict[str, Any]) -> It
     test = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:80]
     name = f"tidelake-test-{test}-{uuid.uuid4().hex[:8]}"
     yield name
+    _delete_topic(kafka_conf, name)
+
+
+@pytest.fixture
+def call_events_topic(kafka_conf: dict[str, Any]) -> Iterator[str]:
+    """The real call_events topic, new and empty, for tests that drive the `tidelake` CLI."""
+    from tidelake.streaming.flows import CALL_EVENTS
+    from tidelake.streaming.kafka_admin import ensure_topic
+
+    _delete_topic(kafka_conf, CALL_EVENTS.topic)
+    ensure_topic(kafka_conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
+    yield CALL_EVENTS.topic
+    _delete_topic(kafka_conf, CALL_EVENTS.topic)
+
+
+def _delete_topic(kafka_conf: dict[str, Any], name: str) -> None:
     admin = AdminClient(quiet_client_config(kafka_conf))
     for future in admin.delete_topics([name], operation_timeout=10).values():
         try:
@@ -53,3 +69,21 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local SparkSession for the whole run (Spark takes 5-10 s to start on 2 cores)."""
+    from tidelake.streaming.session import build_spark_session
+
+    session = build_spark_session("local[2]", {"spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def engine_settings(tmp_path: Any) -> Any:
+    """Engine settings with a private lake and checkpoint folder."""
+    from tidelake.streaming.settings import EngineSettings
+
+    return EngineSettings(lake=tmp_path / "lake", checkpoints=tmp_path / "checkpoints")

@@ -92,16 +92,18 @@ def test_invalid_arguments_fail_before_any_request(kafka_conf: dict[str, Any]) -
         ensure_topic(kafka_conf, "never-created", 0)
     with pytest.raises(ValueError, match="replication_factor"):
         ensure_topic(kafka_conf, "never-created", 1, replication_factor=0)
-    with pytest.raises(ConfigError, match="no bootstrap.servers"):
+    with pytest.raises(ConfigError, match=r"no bootstrap\.servers"):
         check_reachable({})
-    with pytest.raises(ConfigError, match="no.such.setting"):
+    with pytest.raises(ConfigError, match=r"no\.such\.setting"):
         check_reachable({**kafka_conf, "no.such.setting": "1"})
 
 
 def test_unreachable_broker_fails_fast_naming_the_address(closed_port: int) -> None:
     conf = {"bootstrap.servers": f"127.0.0.1:{closed_port}"}
     started = time.monotonic()
-    with pytest.raises(KafkaUnreachableError, match=rf"bootstrap.servers=127.0.0.1:{closed_port}"):
+    with pytest.raises(
+        KafkaUnreachableError, match=rf"bootstrap\.servers=127\.0\.0\.1:{closed_port}"
+    ):
         check_reachable(conf, timeout_s=5)
     with pytest.raises(KafkaUnreachableError):
         ensure_topic(conf, "never-created", 1, timeout_s=5)
