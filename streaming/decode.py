@@ -13,6 +13,7 @@ non-null `_error`: the Delta sink routes such rows to the flow's quarantine tabl
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import time
 from collections.abc import Sequence
@@ -172,7 +173,20 @@ class ProtobufDecoder:
         }
 
     def decode(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> pa.RecordBatch:
-        """Decode consumed records of one topic-partition into one RecordBatch."""
+        """Decode consumed records of one topic-partition into one RecordBatch.
+
+        The cyclic garbage collector is paused meanwhile: decoding allocates two objects per
+        record and no cycles, and the collector's passes cost ~30% of decode time (measured).
+        """
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._decode(topic, partition, records)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _decode(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> pa.RecordBatch:
         n = len(records)
         parse = self._message_class.FromString
         getter = self._getter

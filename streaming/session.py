@@ -20,7 +20,8 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
     "spark.python.worker.reuse": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.driver.extraJavaOptions": "-XX:+UseG1GC -Xss4m",
+    # workers fork from a daemon that has already imported pyarrow, protobuf, confluent-kafka
+    "spark.python.daemon.module": "tidelake.streaming.spark_worker_daemon",
 }
 
 

@@ -1,0 +1,58 @@
+# tidelake developer commands. `make test` is what CI runs (.ci/run) on a fresh clone.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: help venv test lint format protos check-protos unit bench bench-throughput bench-latency broker clean
+
+help:
+	@echo "make venv              create $(VENV) and install tidelake with its dev tools"
+	@echo "make test              everything CI checks: generated code, lint, the whole test suite"
+	@echo "make unit              only the tests that need neither broker nor Spark"
+	@echo "make protos            regenerate Python code from the .proto files"
+	@echo "make bench             throughput and latency benchmarks (minutes; prints figures)"
+	@echo "make broker            run the embedded Kafka-compatible broker in the foreground"
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	@touch $@
+
+venv: $(STAMP)
+
+check-protos: $(STAMP)
+	$(BIN)/python scripts/gen_protos.py --check
+
+protos: $(STAMP)
+	$(BIN)/python scripts/gen_protos.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+test: check-protos lint
+	$(BIN)/pytest --timeout=900
+
+unit: $(STAMP)
+	$(BIN)/pytest -m "not integration"
+
+bench: bench-throughput bench-latency
+
+bench-throughput: $(STAMP)
+	cd tests/bench && ../../$(BIN)/python engine_throughput.py --out ../../bench-results/throughput.json
+
+bench-latency: $(STAMP)
+	cd tests/bench && ../../$(BIN)/python engine_latency.py --out ../../bench-results/latency.json
+
+broker: $(STAMP)
+	$(BIN)/tidelake broker
+
+clean:
+	rm -rf $(VENV) .tidelake bench-results .pytest_cache .ruff_cache

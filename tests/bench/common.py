@@ -1,0 +1,131 @@
+"""Shared pieces of the benchmarks: a broker, the process-tree sampler, Delta commit times."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from tidelake.platform.local_broker import EmbeddedBroker
+from tidelake.streaming.settings import kafka_client_config
+
+
+@contextmanager
+def kafka() -> Iterator[dict[str, str]]:
+    """KAFKA_BOOTSTRAP_SERVERS if set, else a private embedded broker."""
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        yield kafka_client_config()
+        return
+    with EmbeddedBroker() as broker:
+        yield {"bootstrap.servers": broker.bootstrap_servers}
+
+
+class TreeSampler:
+    """Samples a process and all its descendants: peak summed RSS and total CPU seconds."""
+
+    def __init__(self, pid: int, interval_s: float = 0.2):
+        self.root = psutil.Process(pid)
+        self.interval_s = interval_s
+        self.peak_rss = 0
+        self.peak_pss = 0  # proportional: pages shared by forked workers counted once
+        self.cpu_s: dict[int, float] = {}
+        self.kind: dict[int, str] = {}
+        self.peak_rss_by_kind: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> TreeSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        tick = 0
+        while not self._stop.is_set():
+            try:
+                procs = [self.root, *self.root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            rss = pss = 0
+            by_kind: dict[str, int] = {}
+            for p in procs:
+                try:
+                    mem = p.memory_info().rss
+                    if tick % 5 == 0:  # reading smaps is costly: PSS once a second
+                        pss += p.memory_full_info().pss
+                    t = p.cpu_times()
+                    kind = self.kind[p.pid] = _kind(p)  # re-read: spark-submit execs java
+                except psutil.NoSuchProcess:
+                    continue
+                rss += mem
+                by_kind[kind] = by_kind.get(kind, 0) + mem
+                self.cpu_s[p.pid] = t.user + t.system  # children are sampled themselves
+            tick += 1
+            self.peak_pss = max(self.peak_pss, pss)
+            if rss > self.peak_rss:
+                self.peak_rss, self.peak_rss_by_kind = rss, by_kind
+            time.sleep(self.interval_s)
+
+    @property
+    def total_cpu_s(self) -> float:
+        return sum(self.cpu_s.values())
+
+    def cpu_by_kind(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for pid, seconds in self.cpu_s.items():
+            out[self.kind[pid]] = out.get(self.kind[pid], 0.0) + seconds
+        return out
+
+
+def _kind(p: psutil.Process) -> str:
+    """jvm, python driver, or pyspark worker/daemon: where CPU and memory go."""
+    cmd = " ".join(p.cmdline())
+    if p.name() == "java" or "spark-submit" in cmd or "spark-class" in cmd:
+        return "jvm"
+    if "pyspark.worker" in cmd:
+        return "python-task-workers"
+    if "daemon" in cmd or "pyspark" in cmd:
+        return "python-planner-workers"
+    return "python-driver"
+
+
+@dataclass(frozen=True)
+class Commit:
+    version: int
+    timestamp_ms: int
+    files: list[str]
+    rows: int
+
+
+def commits(table: Path) -> list[Commit]:
+    """Each Delta log entry of a table, read straight from _delta_log (no Delta library)."""
+    out = []
+    for log in sorted((table / "_delta_log").glob("*.json")):
+        stamp, added, rows = 0, [], 0
+        for line in log.read_text().splitlines():
+            action = json.loads(line)
+            if "commitInfo" in action:
+                stamp = action["commitInfo"]["timestamp"]
+            if "add" in action:
+                added.append(action["add"]["path"])
+                rows += json.loads(action["add"]["stats"] or "{}").get("numRecords", 0)
+        out.append(Commit(int(log.stem), stamp, added, rows))
+    return out
+
+
+def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(poll_s)

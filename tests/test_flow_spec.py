@@ -1,0 +1,218 @@
+"""FlowSpec validation: a flow that cannot work is refused, and the error names the field."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import uuid
+from datetime import timedelta
+
+import pytest
+from flows import PAGE_VIEWS
+from flows.page_view_pb2 import PageView
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.descriptor_pb2 import FieldDescriptorProto as F
+from google.protobuf.message import Message
+
+from tidelake.protos.call_pb2 import CallEvent
+from tidelake.streaming.decode import ProtobufDecoder
+from tidelake.streaming.flow_spec import FlowSpec, FlowSpecError
+from tidelake.streaming.flows import CALL_EVENTS, FLOWS, get_flow
+
+
+def message_class(fields: list[tuple]) -> type[Message]:
+    """A proto3 message class built at run time from (name, TYPE_*[, LABEL_*]) tuples.
+
+    TYPE_MESSAGE fields point at a nested `Inner { string text = 1; }`.
+    """
+    package = f"tidelake.testing.dyn{uuid.uuid4().hex[:10]}"
+    file_proto = descriptor_pb2.FileDescriptorProto(
+        name=f"{package.replace('.', '/')}.proto", package=package, syntax="proto3"
+    )
+    inner = file_proto.message_type.add(name="Inner")
+    inner.field.add(name="text", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    event = file_proto.message_type.add(name="Event")
+    for number, (name, type_, *label) in enumerate(fields, start=1):
+        field = event.field.add(
+            name=name, number=number, type=type_, label=label[0] if label else F.LABEL_OPTIONAL
+        )
+        if type_ == F.TYPE_MESSAGE:
+            field.type_name = f".{package}.Inner"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file_proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Event"))
+
+
+def spec(**changes) -> FlowSpec:
+    """CALL_EVENTS with some fields changed (FlowSpec validates in __post_init__)."""
+    return dataclasses.replace(CALL_EVENTS, **changes)
+
+
+def custom_flow(message: type[Message], **changes) -> FlowSpec:
+    """A flow over a run-time message with fields `id` (key) and `at` (event time)."""
+    return FlowSpec(
+        name="events",
+        message=message,
+        topic="events",
+        key_field="id",
+        event_time_field="at",
+        **changes,
+    )
+
+
+def test_declared_flows_are_valid_and_keyed_by_name():
+    assert FLOWS == {"call_events": CALL_EVENTS}
+    assert CALL_EVENTS.table == "call_events"
+    assert CALL_EVENTS.quarantine_table == "call_events_quarantine"
+    assert PAGE_VIEWS.table == "page_views"
+
+
+def test_unknown_key_field_is_named():
+    with pytest.raises(FlowSpecError, match=r"call_events: key_field 'call_id' is not a") as e:
+        spec(key_field="call_id")
+    assert "tidelake.v1.CallEvent" in str(e.value)
+
+
+def test_unknown_event_time_field_is_named():
+    with pytest.raises(FlowSpecError, match=r"event_time_field 'ts' is not a field"):
+        spec(event_time_field="ts")
+
+
+def test_unknown_required_field_is_named():
+    with pytest.raises(FlowSpecError, match=r"required field 'tenant' does not exist"):
+        spec(required_fields=("account_sid", "tenant"))
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        (CallEvent, "call_sid"),  # string
+        (CallEvent, "call_state"),  # enum
+        (PageView, "load_ms"),  # double
+        (PageView, "bounced"),  # bool
+    ],
+)
+def test_non_integer_event_time_field_is_rejected(message, field):
+    key = message.DESCRIPTOR.fields[0].name
+    with pytest.raises(FlowSpecError, match=rf"event_time_field '{field}' must be an integer"):
+        FlowSpec(
+            name="events", message=message, topic="events", key_field=key, event_time_field=field
+        )
+
+
+@pytest.mark.parametrize(
+    "time_type", [F.TYPE_INT32, F.TYPE_UINT64, F.TYPE_SINT64, F.TYPE_FIXED64, F.TYPE_SFIXED32]
+)
+def test_every_integer_type_is_accepted_as_event_time(time_type):
+    message = message_class([("id", F.TYPE_STRING), ("at", time_type)])
+    flow = custom_flow(message)
+    assert flow.validity_fields == ("id", "at")
+
+
+@pytest.mark.parametrize(
+    ("extra", "bad"),
+    [
+        (("tags", F.TYPE_STRING, F.LABEL_REPEATED), "tags"),
+        (("samples", F.TYPE_INT64, F.LABEL_REPEATED), "samples"),
+        (("detail", F.TYPE_MESSAGE), "detail"),
+    ],
+)
+def test_repeated_and_message_fields_are_rejected(extra, bad):
+    message = message_class([("id", F.TYPE_STRING), ("at", F.TYPE_INT64), extra])
+    with pytest.raises(FlowSpecError, match=rf"field '{bad}' is repeated or a message"):
+        custom_flow(message)
+
+
+@pytest.mark.parametrize("topic", ["", "call events", "call/events", "événements", "t" * 250])
+def test_bad_topic_name_is_rejected(topic):
+    with pytest.raises(FlowSpecError, match=r"topic .* is not a valid Kafka topic"):
+        spec(topic=topic)
+
+
+@pytest.mark.parametrize("topic", ["call-events", "Call_Events.v2", "t" * 249])
+def test_valid_topic_names_are_accepted(topic):
+    assert spec(topic=topic).topic == topic
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=pytest.fail.Exception,
+    reason="BUG streaming/flow_spec.py:25 _TOPIC accepts '.' and '..', which Kafka refuses as "
+    "topic names (InvalidTopicException); the error then only shows up at topic creation",
+)
+@pytest.mark.parametrize("topic", [".", ".."])
+def test_dot_topic_names_are_rejected(topic):
+    with pytest.raises(FlowSpecError, match="topic"):
+        spec(topic=topic)
+
+
+@pytest.mark.parametrize("name", ["CallEvents", "call-events", "1calls", "", "calls!"])
+def test_bad_flow_name_is_rejected(name):
+    with pytest.raises(FlowSpecError, match=re.escape(f"flow name {name!r} must match")):
+        spec(name=name)
+
+
+def test_bad_unit_and_partition_count_are_named():
+    with pytest.raises(FlowSpecError, match="event_time_unit must be s, ms or us"):
+        spec(event_time_unit="ns")
+    with pytest.raises(FlowSpecError, match="topic_partitions must be >= 1"):
+        spec(topic_partitions=0)
+
+
+@pytest.mark.parametrize("column", ["call_sid", "event_time", "region"])
+def test_partition_column_clashing_with_a_field_is_rejected(column):
+    with pytest.raises(FlowSpecError, match=rf"partition_column '{column}' clashes with a field"):
+        spec(partition_column=column)
+
+
+def test_a_message_field_named_like_the_partition_column_is_rejected():
+    message = message_class([("id", F.TYPE_STRING), ("at", F.TYPE_INT64), ("date", F.TYPE_STRING)])
+    with pytest.raises(FlowSpecError, match=r"partition_column 'date' clashes with a field"):
+        custom_flow(message)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="BUG streaming/flow_spec.py:89 checks partition_column against the message's fields "
+    "only; neither it nor a message field may take a name the decoder adds (kafka_topic, "
+    "kafka_partition, kafka_offset, kafka_timestamp, ingest_time, _error, _key, _value), "
+    "else ProtobufDecoder.schema has duplicate column names",
+)
+@pytest.mark.parametrize(
+    ("field", "partition_column"),
+    [("amount", "kafka_offset"), ("amount", "_error"), ("ingest_time", "date")],
+)
+def test_names_clashing_with_decoder_columns_are_rejected(field, partition_column):
+    message = message_class([("id", F.TYPE_STRING), ("at", F.TYPE_INT64), (field, F.TYPE_INT64)])
+    try:
+        flow = custom_flow(message, partition_column=partition_column)
+    except FlowSpecError:
+        return
+    names = ProtobufDecoder.for_flow(flow).schema.names
+    assert len(names) == len(set(names)), f"duplicate columns in {names}"
+
+
+def test_validity_fields_keep_declaration_order_without_duplicates():
+    assert CALL_EVENTS.validity_fields == ("call_sid", "event_time", "account_sid")
+    flow = spec(required_fields=("region", "call_sid", "account_sid", "region", "event_time"))
+    assert flow.validity_fields == ("call_sid", "event_time", "region", "account_sid")
+    assert PAGE_VIEWS.validity_fields == ("view_id", "viewed_at_s", "user")
+
+
+def test_specs_compare_by_value_and_ignore_the_demo_factory():
+    same = spec(demo_event=None)
+    assert same == CALL_EVENTS
+    assert spec(allowed_lateness=timedelta(hours=3)) != CALL_EVENTS
+
+
+def test_get_flow_returns_the_declared_flow():
+    assert get_flow("call_events") is CALL_EVENTS
+
+
+def test_get_flow_error_lists_the_declared_flows():
+    with pytest.raises(KeyError) as e:
+        get_flow("page_views_typo")
+    message = e.value.args[0]
+    assert "unknown flow 'page_views_typo'" in message
+    assert "declared flows: call_events" in message
