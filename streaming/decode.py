@@ -13,6 +13,7 @@ non-null `_error`: the Delta sink routes such rows to the flow's quarantine tabl
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gc
 import json
 import time
@@ -48,6 +49,8 @@ TIMESTAMP = pa.timestamp("us", tz="UTC")
 _UNIT_TO_US = {"s": 1_000_000, "ms": 1_000, "us": 1}
 _MAX_EPOCH_US = 7_258_118_400_000_000  # 2200-01-01: later event times are treated as corrupt
 _US_PER_DAY = 86_400_000_000
+_INT64_MAX = np.uint64(2**63 - 1)
+_UNSIGNED_64 = {FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_FIXED64}
 
 _ARROW_TYPES = {
     FieldDescriptor.TYPE_STRING: pa.string(),
@@ -101,7 +104,7 @@ class ProtobufDecoder:
         )
 
     def to_json(self) -> str:
-        doc = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        doc = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         doc["descriptor_set"] = base64.b64encode(self.descriptor_set).decode()
         doc["validity_fields"] = list(self.validity_fields)
         return json.dumps(doc, sort_keys=True)
@@ -209,12 +212,12 @@ class ProtobufDecoder:
         kafka_us = np.where(kafka_ms >= 0, kafka_ms * 1000, now_us)
 
         arrays: list[pa.Array] = []
+        unset: dict[str, pa.Array] = {}  # enum fields: raw number 0 means "not set"
         event_us = np.zeros(n, dtype=np.int64)
         for f, column in zip(self._fields, columns, strict=True):
             if f.name == self.event_time_field:
-                raw = np.fromiter(
-                    column, dtype=np.float64, count=n
-                )  # uint64-safe; exact below 2**53
+                # float64: uint64-safe, and exact for any plausible epoch value (< 2**53)
+                raw = np.fromiter(column, dtype=np.float64, count=n)
                 scaled = raw * _UNIT_TO_US[self.event_time_unit]
                 bad = (scaled <= 0) | (scaled >= _MAX_EPOCH_US)
                 event_us = np.where(bad, 0, scaled).astype(np.int64)
@@ -224,13 +227,25 @@ class ProtobufDecoder:
             elif f.type == FieldDescriptor.TYPE_ENUM:
                 numbers, names = self._enum_lookups[f.name]
                 ints = pa.array(column, pa.int64())
+                unset[f.name] = pc.equal(ints, 0)
                 arrays.append(names.take(pc.index_in(ints, value_set=numbers)))
+            elif f.type in _UNSIGNED_64:
+                raw = np.fromiter(column, dtype=np.uint64, count=n)
+                too_big = (
+                    raw > _INT64_MAX
+                )  # Delta has no unsigned type: such values go to quarantine
+                for i in np.flatnonzero(too_big):
+                    errors.setdefault(int(i), f"{f.name} out of range: {int(raw[i])}")
+                arrays.append(pa.array(np.where(too_big, 0, raw).astype(np.int64), pa.int64()))
             else:
                 arrays.append(pa.array(column, _ARROW_TYPES[f.type]))
 
         for name in self.validity_fields:
             array = arrays[self._field_index[name]]
-            missing = pc.fill_null(pc.equal(array, _empty_value(array.type)), True)
+            if name in unset:
+                missing = unset[name]
+            else:
+                missing = pc.fill_null(pc.equal(array, _empty_value(array.type)), True)
             for i in np.flatnonzero(missing.to_numpy(zero_copy_only=False)):
                 errors.setdefault(int(i), f"missing {name}")
 

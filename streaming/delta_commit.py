@@ -58,7 +58,27 @@ def ensure_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str])
     missing = [f.name for f in schema if f.name not in have.names]
     if missing:
         raise DeltaCommitError(f"{table_uri} lacks columns {missing} that the stream writes")
+    changed = [
+        f"{f.name}: table {have.field(f.name).type}, stream {f.type}"
+        for f in schema
+        if not _same_type(have.field(f.name).type, f.type)
+    ]
+    if changed:
+        raise DeltaCommitError(f"{table_uri} has other column types: {'; '.join(changed)}")
     return table
+
+
+def _same_type(table_type: pa.DataType, stream_type: pa.DataType) -> bool:
+    """Equal up to Arrow's large/view variants, which delta-rs may hand back for strings."""
+
+    def base(t: pa.DataType) -> pa.DataType:
+        if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+            return pa.string()
+        if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+            return pa.binary()
+        return t
+
+    return base(table_type) == base(stream_type)
 
 
 def validate_files(table_uri: str, files: Sequence[DataFile], partition_by: Sequence[str]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import time
 import uuid
 from collections.abc import Sequence
@@ -57,6 +58,9 @@ class _FileStats:
                 continue
             lo_hi = pc.min_max(column)
             lo, hi = lo_hi["min"].as_py(), lo_hi["max"].as_py()
+            if isinstance(lo, float) and not (math.isfinite(lo) and math.isfinite(hi)):
+                self.mins[name] = self.maxs[name] = _UNKNOWN  # JSON has no inf/NaN
+                continue
             if pa.types.is_string(column.type) and (
                 len(lo) > _STRING_STATS_MAX_LEN or len(hi) > _STRING_STATS_MAX_LEN
             ):
@@ -74,7 +78,8 @@ class _FileStats:
                 "minValues": {k: _stat_value(self.mins[k], up=False) for k in known},
                 "maxValues": {k: _stat_value(self.maxs[k], up=True) for k in known},
                 "nullCount": self.nulls,
-            }
+            },
+            allow_nan=False,
         )
 
 

@@ -25,6 +25,19 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
+ENGINE_COLUMNS = (
+    "kafka_topic",
+    "kafka_partition",
+    "kafka_offset",
+    "kafka_timestamp",
+    "ingest_time",
+    "_error",
+    "_key",
+    "_value",
+)
+"""Columns the decoder adds to every flow's rows; no message field may use these names."""
+
+
 class FlowSpecError(ValueError):
     """A flow declaration that cannot work, named with the field at fault."""
 
@@ -86,9 +99,21 @@ class FlowSpec:
                     f"flow {self.name}: field {f.name!r} is repeated or a message; only scalar and "
                     "enum fields are supported so far"
                 )
+        if self.topic in (".", ".."):
+            raise FlowSpecError(f"flow {self.name}: topic {self.topic!r} is not allowed by Kafka")
         if self.partition_column in fields:
             raise FlowSpecError(
                 f"flow {self.name}: partition_column {self.partition_column!r} clashes with a field"
+            )
+        for name in fields:
+            if name in ENGINE_COLUMNS:
+                raise FlowSpecError(
+                    f"flow {self.name}: field {name!r} clashes with a column the engine adds"
+                )
+        if self.partition_column in ENGINE_COLUMNS:
+            raise FlowSpecError(
+                f"flow {self.name}: partition_column {self.partition_column!r} clashes with a "
+                "column the engine adds"
             )
 
     @property

@@ -8,6 +8,7 @@ fetch per partition, starting at the last known end, is cheap and exact on every
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -63,10 +64,11 @@ def from_json_offsets(doc: Mapping[str, Mapping[str, int]] | str) -> Offsets:
 
 def rate_limit(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
     """Cap a batch at max_rows, shared across partitions in proportion to their backlog."""
-    sizes = {tp: max(0, end[tp] - start.get(tp, end[tp])) for tp in end}
+    end = {tp: max(e, start.get(tp, e)) for tp, e in end.items()}
+    sizes = {tp: end[tp] - start.get(tp, end[tp]) for tp in end}
     total = sum(sizes.values())
     if total <= max_rows:
-        return dict(end)
+        return end
     shares = {tp: max_rows * size / total for tp, size in sizes.items()}
     taken = {tp: math.floor(share) for tp, share in shares.items()}
     leftover = max_rows - sum(taken.values())
@@ -93,15 +95,26 @@ def plan_ranges(
         return []
     if total < pack_below_rows:
         return [ranges]
-    task_count = max(min_tasks, len(ranges))
-    chunk = math.ceil(total / task_count)
+    pieces = _share(max(min_tasks, len(ranges)), [r.size for r in ranges])
     tasks: list[list[OffsetRange]] = []
-    for r in ranges:
-        pieces = max(1, round(r.size / chunk))
-        step = math.ceil(r.size / pieces)
-        for lo in range(r.start, r.end, step):
-            tasks.append([OffsetRange(r.topic, r.partition, lo, min(lo + step, r.end))])
+    for r, count in zip(ranges, pieces, strict=True):
+        count = min(count, r.size)
+        bounds = [r.start + r.size * i // count for i in range(count + 1)]
+        tasks += [
+            [OffsetRange(r.topic, r.partition, lo, hi)] for lo, hi in itertools.pairwise(bounds)
+        ]
     return tasks
+
+
+def _share(total: int, weights: list[int]) -> list[int]:
+    """Split total into len(weights) whole parts, each >= 1, in proportion (largest remainder)."""
+    whole = sum(weights)
+    exact = [max(1.0, total * w / whole) for w in weights]
+    parts = [math.floor(e) for e in exact]
+    order = sorted(range(len(weights)), key=lambda i: exact[i] - parts[i], reverse=True)
+    for i in order[: max(0, total - sum(parts))]:
+        parts[i] += 1
+    return parts
 
 
 def consumer_config(kafka_conf: Mapping[str, str], group_prefix: str) -> dict[str, object]:

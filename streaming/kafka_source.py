@@ -268,12 +268,14 @@ class _OffsetResolver:
                 else self.ends.latest(dict.fromkeys(tps, EARLIEST))
             )
         assert isinstance(spec, dict)
-        missing = [tp for tp in tps if tp not in spec and tp[0] in {t for t, _ in spec}]
+        missing = [f"{t}/{p}" for t, p in tps if (t, p) not in spec]
         if missing:
             raise KafkaOptionError(
-                f"offsets JSON leaves out partitions {missing}: give every partition of a topic"
+                f"offsets JSON leaves out partitions {', '.join(missing)}: name every partition of "
+                "every "
+                "subscribed topic (-2 = earliest, -1 = latest)"
             )
-        out = {tp: spec.get(tp, EARLIEST) for tp in tps}
+        out = {tp: spec[tp] for tp in tps}
         need_low = [tp for tp, o in out.items() if o == EARLIEST]
         need_high = {tp: EARLIEST for tp, o in out.items() if o == LATEST}
         out.update(self.ends.earliest(need_low))
@@ -381,7 +383,8 @@ class KafkaBatchReader(DataSourceReader):
         return [KafkaInputPartition(ranges, self.options) for ranges in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, KafkaInputPartition)
+        if not isinstance(partition, KafkaInputPartition):
+            return iter(())  # Spark's placeholder when there is nothing to read
         return read_partition(partition)
 
 
@@ -521,7 +524,8 @@ def _raw_batch(r: OffsetRange, records: list[Message]) -> pa.RecordBatch:
             pa.array(np.full(n, r.partition, dtype=np.int32), pa.int32()),
             pa.array(np.fromiter((m.offset() for m in records), np.int64, n), pa.int64()),
             pa.array(np.where(ts_ms >= 0, ts_ms * 1000, 0), TIMESTAMP),
-            pa.array(np.fromiter((s[0] for s in stamps), np.int32, n), pa.int32()),
+            # librdkafka: 0 none, 1 CreateTime, 2 LogAppendTime; Spark: -1, 0, 1
+            pa.array(np.fromiter((s[0] - 1 for s in stamps), np.int32, n), pa.int32()),
         ],
         schema=KAFKA_SCHEMA,
     )

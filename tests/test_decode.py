@@ -23,7 +23,7 @@ from google.protobuf.message import Message
 
 from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming.decode import ProtobufDecoder
-from tidelake.streaming.flow_spec import FlowSpec
+from tidelake.streaming.flow_spec import ENGINE_COLUMNS, FlowSpec
 from tidelake.streaming.flows import CALL_EVENTS
 
 UTC_US = pa.timestamp("us", tz="UTC")
@@ -321,7 +321,7 @@ MIXED = [call(), call(call_sid=""), b"\x0a\xff", None, call(region=9), call(even
 @pytest.mark.parametrize("flow", [CALL_EVENTS, PAGE_VIEWS], ids=lambda f: f.name)
 def test_json_round_trip_gives_the_same_decoder_and_output(flow):
     decoder = ProtobufDecoder.for_flow(flow)
-    text = decoder.to_json()  # before anything is cached: see the xfail below
+    text = decoder.to_json()
     assert json.loads(text)["message_name"] == decoder.message_name
     again = ProtobufDecoder.from_json(text)
     assert again == decoder
@@ -332,14 +332,6 @@ def test_json_round_trip_gives_the_same_decoder_and_output(flow):
     assert _without_ingest_time(again.decode("t", 1, records(*values))).equals(expected)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="BUG streaming/decode.py ProtobufDecoder.to_json (line 103 at HEAD) serialises "
-    "self.__dict__, which after first use also holds the cached property `schema` (a pa.Schema; "
-    "its name has no leading underscore): json.dumps raises TypeError. Build the doc from "
-    "dataclasses.fields(self) as __getstate__ does",
-)
 def test_json_round_trip_after_use():
     decoder = ProtobufDecoder.for_flow(CALL_EVENTS)
     decoder.decode("t", 0, records(call()))  # populates the cached properties, schema included
@@ -397,14 +389,6 @@ except ImportError:
     assert "flows importable" not in done.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG streaming/decode.py decode(), validity check (line 219 at HEAD, "
-    "_empty_value): a required enum field compares its NAME with '', so the proto3 default "
-    "(number 0) never counts as missing, though FlowSpec.validity_fields says required fields "
-    "must be set (non-default)",
-)
 def test_a_required_enum_left_at_its_default_is_missing():
     flow = dataclasses.replace(CALL_EVENTS, required_fields=("account_sid", "call_state"))
     batch = ProtobufDecoder.for_flow(flow).decode("t", 0, records(call(call_state=0)))
@@ -427,14 +411,6 @@ def _counter_message() -> type[Message]:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Counter"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OverflowError,
-    reason="BUG streaming/decode.py decode(), `pa.array(column, _ARROW_TYPES[f.type])` "
-    "(line 215 at HEAD): a uint64/fixed64 field (mapped to int64) holding a value >= 2**63 "
-    "raises OverflowError and fails the whole batch, so one such record stops the stream on "
-    "every retry instead of being quarantined",
-)
 def test_a_uint64_value_beyond_int64_is_quarantined_not_fatal():
     message = _counter_message()
     flow = FlowSpec(
@@ -447,3 +423,11 @@ def test_a_uint64_value_beyond_int64_is_quarantined_not_fatal():
     assert batch.column("bytes_sent")[0].as_py() == 5
     assert batch.column("_error")[0].as_py() is None
     assert batch.column("_error")[1].as_py() is not None
+
+
+@pytest.mark.parametrize("flow", [CALL_EVENTS, PAGE_VIEWS])
+def test_the_columns_the_decoder_adds_are_the_reserved_engine_columns(flow):
+    added = set(ProtobufDecoder.for_flow(flow).schema.names) - {
+        f.name for f in flow.message.DESCRIPTOR.fields
+    }
+    assert added == {flow.partition_column, *ENGINE_COLUMNS}

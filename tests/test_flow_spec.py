@@ -134,12 +134,6 @@ def test_valid_topic_names_are_accepted(topic):
     assert spec(topic=topic).topic == topic
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason="BUG streaming/flow_spec.py:25 _TOPIC accepts '.' and '..', which Kafka refuses as "
-    "topic names (InvalidTopicException); the error then only shows up at topic creation",
-)
 @pytest.mark.parametrize("topic", [".", ".."])
 def test_dot_topic_names_are_rejected(topic):
     with pytest.raises(FlowSpecError, match="topic"):
@@ -171,14 +165,6 @@ def test_a_message_field_named_like_the_partition_column_is_rejected():
         custom_flow(message)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG streaming/flow_spec.py:89 checks partition_column against the message's fields "
-    "only; neither it nor a message field may take a name the decoder adds (kafka_topic, "
-    "kafka_partition, kafka_offset, kafka_timestamp, ingest_time, _error, _key, _value), "
-    "else ProtobufDecoder.schema has duplicate column names",
-)
 @pytest.mark.parametrize(
     ("field", "partition_column"),
     [("amount", "kafka_offset"), ("amount", "_error"), ("ingest_time", "date")],

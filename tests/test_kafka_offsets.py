@@ -123,14 +123,6 @@ def test_rate_limit_over_the_limit_keeps_a_rewound_partition_where_it_is():
     assert rate_limit(start, end, 10) == {("t", 0): 500, ("t", 1): 10}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="LATENT streaming/kafka_offsets.py:69: under the limit rate_limit returns `end` as "
-    "is, so a partition whose end is below its start moves backwards (over the limit it stays "
-    "put). Unreachable today because KafkaStreamReader.latestOffset clamps end >= start first; "
-    "fix: return {tp: max(end[tp], start.get(tp, end[tp])) for tp in end}",
-)
 def test_rate_limit_under_the_limit_never_moves_a_partition_backwards():
     start = {("t", 0): 500, ("t", 1): 0}
     end = {("t", 0): 100, ("t", 1): 10}
@@ -211,14 +203,6 @@ def test_plan_ranges_large_batch_reaches_min_tasks_with_uneven_partitions(min_ta
     assert len(tasks) >= min_tasks
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG streaming/kafka_offsets.py:100: pieces = max(1, round(r.size / chunk)) rounds "
-    "each range down on its own, so 3 equal partitions with min_tasks=4 get chunk=ceil(total/4) "
-    "and 1 piece each: 3 tasks, not >= min_tasks as the docstring promises. Fix: apportion "
-    "task_count over ranges by largest remainder (each range >= 1 piece)",
-)
 def test_plan_ranges_equal_partitions_reach_min_tasks():
     start = dict.fromkeys(_tps(3), 0)
     end = dict.fromkeys(_tps(3), 100_000)

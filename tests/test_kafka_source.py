@@ -15,7 +15,6 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from lake_readers import read_delta
-from pyspark.errors import PythonException
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -174,14 +173,6 @@ def test_batch_read_split_into_many_tasks_reads_each_message_once(spark, kafka_c
     assert as_rows(table) == filled.rows()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG streaming/kafka_source.py:524 (_raw_batch) puts librdkafka's timestamp type in "
-    "`timestampType` (CreateTime=1, LogAppendTime=2), but Spark's Kafka source uses the Java "
-    "ids (CreateTime=0, LogAppendTime=1, none=-1): a swap to spark-sql-kafka changes the "
-    "values. Fix: subtract 1 (librdkafka NOT_AVAILABLE=0 -> -1)",
-)
 def test_timestamp_type_uses_sparks_ids(spark, kafka_conf, filled):
     df = batch_read(spark, kafka_conf, filled.topic).load()
     types = {r.timestampType for r in df.select("timestampType").distinct().collect()}
@@ -233,15 +224,6 @@ def test_a_json_slice_must_name_every_partition(spark, kafka_conf, filled):
         ).load().count()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG streaming/kafka_source.py:276 (_OffsetResolver.resolve): partitions of a "
-    "subscribed topic that an offsets JSON leaves out default to EARLIEST, also for "
-    "endingOffsets, so a batch read silently returns nothing from that topic. Spark's Kafka "
-    "source refuses JSON that does not name every TopicPartition; do the same (or default "
-    "ending offsets to LATEST)",
-)
 def test_ending_offsets_json_never_silently_drops_a_subscribed_topic(
     spark, kafka_conf, filled, topic_name
 ):
@@ -268,16 +250,6 @@ def test_an_empty_topic_has_ends_at_zero(kafka_conf, topic_name):
         ends.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=PythonException,
-    reason="BUG streaming/kafka_source.py:384: when KafkaBatchReader.partitions() plans no task "
-    "(empty topic, or startingOffsets == endingOffsets) pyspark substitutes InputPartition(None) "
-    "(pyspark/sql/worker/plan_data_source_read.py:264) and read() fails its "
-    "`assert isinstance(partition, KafkaInputPartition)`: a bounded read of nothing crashes "
-    "instead of returning 0 rows. Fix: in KafkaBatchReader.read, return iter(()) for a "
-    "partition that is not a KafkaInputPartition",
-)
 def test_a_batch_read_of_nothing_returns_no_rows(spark, kafka_conf, filled):
     at = json.dumps({filled.topic: {str(p): 7 for p in range(PARTITIONS)}})
     df = batch_read(spark, kafka_conf, filled.topic, startingOffsets=at, endingOffsets=at).load()
