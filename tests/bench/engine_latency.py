@@ -99,8 +99,12 @@ def main(rate: int, duration: float, idle: float, trigger: str | None, out: Path
             expected = warm.good + report.good
             wait_for(lambda: sum(c.rows for c in commits(table)) >= expected, 120, "all events")
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=60)
+            proc.send_signal(signal.SIGTERM)  # the driver stops the query gracefully
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
         lat = _latencies_ms(table, warm_version)
         batches = len([c for c in commits(table) if c.version > warm_version and c.rows])
 
