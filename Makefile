@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/tidelake spark-archive
 	@touch $@
 
 venv: $(STAMP)

@@ -7,6 +7,7 @@ each command imports what it needs (Kafka client, protobuf, Spark, Dagster) when
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -304,6 +305,21 @@ def stream(
         raise CliError(str(exc), exit_code=2) from None
     except RuntimeError as exc:
         raise CliError(str(exc)) from None
+
+
+@main.command("spark-archive")
+def spark_archive() -> None:
+    """Build the JVM class archive that cuts Spark's start-up (once per JDK and install).
+
+    Takes about half a minute; `make venv` runs it. Sessions use the archive when present.
+    """
+    from tidelake.streaming.spark_class_archive import build_archive
+
+    try:
+        path = build_archive()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        raise CliError(f"could not build the Spark class archive: {exc}") from None
+    click.echo(f"Spark class archive: {path} ({path.stat().st_size / 1e6:.0f} MB)")
 
 
 if __name__ == "__main__":

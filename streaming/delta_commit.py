@@ -41,6 +41,25 @@ class CommitResult:
     skipped: bool
 
 
+_open_tables: dict[tuple[str, pa.Schema, tuple[str, ...]], DeltaTable] = {}
+
+
+def _open_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str]) -> DeltaTable:
+    """The table at its latest version, kept open across batches in this process.
+
+    Spark's sink commit runner lives as long as the query; reopening the table each batch
+    replayed its log (9 ms after a checkpoint, ~50 ms a hundred commits later), catching up
+    incrementally costs a few ms.
+    """
+    key = (table_uri, schema, tuple(partition_by))  # another layout is validated afresh
+    table = _open_tables.get(key)
+    if table is None:
+        table = _open_tables[key] = ensure_table(table_uri, schema, partition_by)
+    else:
+        table.update_incremental()
+    return table
+
+
 def ensure_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str]) -> DeltaTable:
     """Open the table, creating it empty if missing; refuse a schema or layout mismatch."""
     try:
@@ -124,7 +143,7 @@ def commit_files(
         AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats)
         for f in files
     ]
-    table = ensure_table(table_uri, schema, partition_by)
+    table = _open_table(table_uri, schema, partition_by)
     for attempt in range(1, _COMMIT_ATTEMPTS + 1):
         done = table.transaction_version(app_id)
         if done is not None and done >= version:
@@ -148,7 +167,7 @@ def commit_files(
             log.warning("%s: commit attempt %s failed: %s", table_uri, attempt, exc)
             if attempt == _COMMIT_ATTEMPTS:
                 raise
-            table = DeltaTable(table_uri)
+            table = _open_tables[(table_uri, schema, tuple(partition_by))] = DeltaTable(table_uri)
             continue
         table.update_incremental()
         return CommitResult(table_uri, table.version(), len(files), rows, skipped=False)

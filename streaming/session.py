@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
+from tidelake.streaming import spark_class_archive as class_archive
 from tidelake.streaming.delta_sink import DeltaSinkDataSource
 from tidelake.streaming.kafka_source import KafkaDataSource
 
@@ -20,6 +21,8 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
     "spark.python.worker.reuse": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # rows per Arrow batch handed to Python writers (default 10,000): fewer round trips
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "65536",
     # workers fork from a daemon that has already imported pyarrow, protobuf, confluent-kafka
     "spark.python.daemon.module": "tidelake.streaming.spark_worker_daemon",
 }
@@ -29,8 +32,14 @@ def build_spark_session(
     master: str = "local[2]",
     conf: Mapping[str, str] | None = None,
     app_name: str = "tidelake",
+    *,
+    use_class_archive: bool = True,
 ) -> SparkSession:
-    """Get or create the session; local masters bind to loopback only."""
+    """Get or create the session; local masters bind to loopback only.
+
+    With use_class_archive the driver JVM maps the class archive of `tidelake spark-archive`
+    if one was built (see spark_class_archive); it changes nothing else.
+    """
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # workers must run this interpreter (the virtualenv), not whatever python3 is on PATH
@@ -41,6 +50,10 @@ def build_spark_session(
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
     settings.update(conf or {})
+    archive_options = class_archive.java_options() if use_class_archive else ""
+    if archive_options:
+        user_options = settings.get("spark.driver.extraJavaOptions", "")
+        settings["spark.driver.extraJavaOptions"] = f"{archive_options} {user_options}".strip()
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -8,20 +8,36 @@ Selected with `spark.python.daemon.module`. deltalake is deliberately not import
 runtime does not survive fork.
 """
 
-import confluent_kafka  # noqa: F401
-import numpy  # noqa: F401
-import pyarrow.compute
-import pyarrow.fs
-import pyarrow.parquet  # noqa: F401
-import pyspark.sql.worker.create_data_source
-import pyspark.sql.worker.plan_data_source_read
-import pyspark.sql.worker.python_streaming_sink_runner
-import pyspark.sql.worker.write_into_data_source
-import pyspark.worker  # noqa: F401
-from pyspark.daemon import manager
+import importlib
+import sys
 
-import tidelake.streaming.delta_sink
-import tidelake.streaming.kafka_source  # noqa: F401
+PRELOADED = (
+    "confluent_kafka",
+    "numpy",
+    "pyarrow.compute",
+    "pyarrow.fs",
+    "pyarrow.parquet",
+    "pyspark.worker",
+    "pyspark.sql.worker.create_data_source",
+    "pyspark.sql.worker.plan_data_source_read",
+    "pyspark.sql.worker.python_streaming_sink_runner",
+    "pyspark.sql.worker.write_into_data_source",
+    "tidelake.streaming.delta_sink",
+    "tidelake.streaming.kafka_source",
+)
+
+
+def main() -> None:
+    # Spark puts its pyspark.zip first on workers' sys.path; zipimport keeps no bytecode cache,
+    # so every worker recompiled pyspark's sources (seen in py-spy profiles). The pip-installed
+    # package is the same version and has cached bytecode: prefer it.
+    sys.path.sort(key=lambda entry: entry.endswith(".zip"))
+    for module in PRELOADED:
+        importlib.import_module(module)
+    from pyspark.daemon import manager
+
+    manager()
+
 
 if __name__ == "__main__":
-    manager()
+    main()
