@@ -91,6 +91,17 @@ def ensure_topic(
     _ensure_topics(conf, {topic: partitions}, replication_factor, timeout_s)
 
 
+def delete_topic(conf: Mapping[str, Any], topic: str, timeout_s: float = 15.0) -> None:
+    """Delete a topic and its data; a topic that does not exist is not an error."""
+    admin = _admin_client(conf)
+    for future in admin.delete_topics([topic], operation_timeout=timeout_s).values():
+        try:
+            future.result(timeout=timeout_s + 5)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise KafkaAdminError(f"cannot delete topic {topic!r}: {exc}") from exc
+
+
 def ensure_flow_topics(
     conf: Mapping[str, Any],
     flows: Iterable[FlowSpec],

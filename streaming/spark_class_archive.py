@@ -41,7 +41,10 @@ def _java_path() -> str:
 
 
 def java_options() -> str:
-    """JVM options that use the archive, or "" if none was built."""
+    """JVM options that use the archive, or "" if none was built.
+
+    CDS logging is off so that an archive from another JDK build is skipped without noise.
+    """
     path = archive_path()
     return (
         f"-XX:SharedArchiveFile={path} -Xlog:cds=off -Xlog:cds+dynamic=off" if path.exists() else ""

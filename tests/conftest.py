@@ -14,11 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
 
 from tidelake.platform.local_broker import EmbeddedBroker
-from tidelake.streaming.kafka_admin import quiet_client_config
+from tidelake.streaming.kafka_admin import delete_topic
 from tidelake.streaming.settings import kafka_client_config
 
 
@@ -38,7 +36,7 @@ def topic_name(request: pytest.FixtureRequest, kafka_conf: dict[str, Any]) -> It
     test = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:80]
     name = f"tidelake-test-{test}-{uuid.uuid4().hex[:8]}"
     yield name
-    _delete_topic(kafka_conf, name)
+    delete_topic(kafka_conf, name)
 
 
 @pytest.fixture
@@ -47,20 +45,10 @@ def call_events_topic(kafka_conf: dict[str, Any]) -> Iterator[str]:
     from tidelake.streaming.flows import CALL_EVENTS
     from tidelake.streaming.kafka_admin import ensure_topic
 
-    _delete_topic(kafka_conf, CALL_EVENTS.topic)
+    delete_topic(kafka_conf, CALL_EVENTS.topic)
     ensure_topic(kafka_conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
     yield CALL_EVENTS.topic
-    _delete_topic(kafka_conf, CALL_EVENTS.topic)
-
-
-def _delete_topic(kafka_conf: dict[str, Any], name: str) -> None:
-    admin = AdminClient(quiet_client_config(kafka_conf))
-    for future in admin.delete_topics([name], operation_timeout=10).values():
-        try:
-            future.result(timeout=15)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise
+    delete_topic(kafka_conf, CALL_EVENTS.topic)
 
 
 @pytest.fixture

@@ -12,8 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, Producer
 from lake_readers import read_delta
 from pyspark.sql.types import (
     BinaryType,
@@ -25,7 +24,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from tidelake.streaming.kafka_admin import ensure_topic, quiet_client_config
+from tidelake.streaming.kafka_admin import delete_topic, ensure_topic, quiet_client_config
 from tidelake.streaming.kafka_offsets import EARLIEST, KafkaSourceError, PartitionEnds
 from tidelake.streaming.kafka_source import (
     KafkaOptionError,
@@ -101,16 +100,6 @@ def produce(kafka_conf: dict[str, Any], topic: str, count: int, partitions: int)
     assert producer.flush(30) == 0, "messages still in flight after 30s"
     assert not failures, failures[:3]
     return Produced(topic, count, partitions)
-
-
-def delete_topic(kafka_conf: dict[str, Any], topic: str) -> None:
-    admin = AdminClient(quiet_client_config(kafka_conf))
-    for future in admin.delete_topics([topic], operation_timeout=10).values():
-        try:
-            future.result(timeout=15)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise
 
 
 @pytest.fixture(scope="module")

@@ -129,3 +129,10 @@ def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.05) -> No
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
         time.sleep(poll_s)
+
+
+def write_figures(out: Path | None, figures: dict) -> None:
+    """Save a benchmark's figures as JSON, if asked to."""
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(figures, indent=2))

@@ -9,7 +9,6 @@ produce timestamp). Prints p50/p90/p99/max and the stream's CPU while idle.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -22,7 +21,7 @@ import click
 import numpy as np
 import psutil
 import pyarrow.parquet as pq
-from common import commits, kafka, wait_for
+from common import commits, kafka, wait_for, write_figures
 
 from tidelake.platform.produce import produce_demo_events
 from tidelake.streaming.flows import CALL_EVENTS
@@ -59,6 +58,7 @@ def _latencies_ms(table: Path, after_version: int) -> np.ndarray:
 @click.option("--trigger", default=None, help="Trigger interval, e.g. '250 milliseconds'.")
 @click.option("--out", type=click.Path(path_type=Path), help="Also write the figures as JSON.")
 def main(rate: int, duration: float, idle: float, trigger: str | None, out: Path | None) -> None:
+    """Produce at a steady rate into a running stream; print latency percentiles and idle CPU."""
     with kafka() as conf, tempfile.TemporaryDirectory(prefix="tidelake-latency-") as tmp:
         work = Path(tmp)
         ensure_topic(conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
@@ -126,9 +126,7 @@ def main(rate: int, duration: float, idle: float, trigger: str | None, out: Path
         f"max {figures['max_ms']:.0f} ms"
     )
     click.echo(f"idle stream CPU: {idle_core_share:.1%} of one core")
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(figures, indent=2))
+    write_figures(out, figures)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ committed Delta version), whole-command time and the peak summed RSS of the proc
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import click
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from common import TreeSampler, commits, kafka
+from common import TreeSampler, commits, kafka, write_figures
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from tidelake.platform.produce import produce_demo_events
@@ -153,6 +152,7 @@ def _rounded(figures: dict[str, float]) -> str:
 @click.option("--skip-floor", is_flag=True, help="Only run tidelake.")
 @click.option("--out", type=click.Path(path_type=Path), help="Also write the figures as JSON.")
 def main(events: int, max_offsets_per_trigger: int, floor_chunk: int, skip_floor: bool, out):
+    """Ingest N events with tidelake --available-now and with the one-process floor; compare."""
     with kafka() as conf, tempfile.TemporaryDirectory(prefix="tidelake-bench-") as tmp:
         work = Path(tmp)
         ensure_topic(conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
@@ -201,9 +201,7 @@ def main(events: int, max_offsets_per_trigger: int, floor_chunk: int, skip_floor
         click.echo(f"{name:<24}{value:>16}   {note}")
     click.echo(f"CPU s by process:   {_rounded(t['cpu_s_by_process'])}")
     click.echo(f"peak GB by process: {_rounded(t['peak_rss_gb_by_process'])}")
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2))
+    write_figures(out, result)
 
 
 if __name__ == "__main__":
