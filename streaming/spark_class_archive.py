@@ -71,7 +71,18 @@ def build_archive(timeout_s: float = 600) -> Path:
         staged = target.with_suffix(f".{os.getpid()}.tmp")
         shutil.copyfile(partial, staged)
         staged.replace(target)
+    _prune(target.parent, keep=_KEEP_ARCHIVES)
     return target
+
+
+_KEEP_ARCHIVES = 3
+
+
+def _prune(cache: Path, keep: int) -> None:
+    """Each install (virtualenv path) has its own archive; keep only the newest few."""
+    archives = sorted(cache.glob("spark-classes-*.jsa"), key=lambda p: p.stat().st_mtime)
+    for old in archives[:-keep]:
+        old.unlink(missing_ok=True)
 
 
 def _train(archive: str, work: str) -> None:

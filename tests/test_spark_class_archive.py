@@ -21,3 +21,18 @@ def test_a_built_archive_is_mapped_by_the_driver(tmp_path, monkeypatch):
 def test_the_archive_name_is_stable_for_one_install(tmp_path, monkeypatch):
     monkeypatch.setenv("TIDELAKE_CACHE", str(tmp_path))
     assert spark_class_archive.archive_path() == spark_class_archive.archive_path()
+
+
+def test_only_the_newest_archives_are_kept(tmp_path):
+    import os
+
+    for i in range(5):
+        archive = tmp_path / f"spark-classes-{i}.jsa"
+        archive.write_bytes(b"x")
+        os.utime(archive, (1_000 + i, 1_000 + i))
+    spark_class_archive._prune(tmp_path, keep=3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "spark-classes-2.jsa",
+        "spark-classes-3.jsa",
+        "spark-classes-4.jsa",
+    ]
