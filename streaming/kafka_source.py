@@ -282,6 +282,11 @@ class _OffsetResolver:
         out.update(self.ends.latest(need_high) if need_high else {})
         return out
 
+    def close(self) -> None:
+        if self._ends is not None:
+            self._ends.close()
+            self._ends = None
+
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options, "_ends": None}
 
@@ -351,8 +356,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Offsets live in Spark's checkpoint; nothing is committed to Kafka."""
 
     def stop(self) -> None:
-        if self._resolver._ends is not None:
-            self._resolver._ends.close()
+        self._resolver.close()
 
 
 class KafkaBatchReader(DataSourceReader):
@@ -365,8 +369,7 @@ class KafkaBatchReader(DataSourceReader):
             self._start = resolver.resolve(options.starting)
             self._end = resolver.resolve(options.ending)
         finally:
-            if resolver._ends is not None:
-                resolver._ends.close()
+            resolver.close()
         backwards = {tp for tp, o in self._end.items() if o < self._start.get(tp, 0)}
         if backwards:
             raise KafkaOptionError(
