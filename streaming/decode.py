@@ -231,9 +231,8 @@ class ProtobufDecoder:
                 arrays.append(names.take(pc.index_in(ints, value_set=numbers)))
             elif f.type in _UNSIGNED_64:
                 raw = np.fromiter(column, dtype=np.uint64, count=n)
-                too_big = (
-                    raw > _INT64_MAX
-                )  # Delta has no unsigned type: such values go to quarantine
+                # Delta has no unsigned type: values past int64 go to quarantine
+                too_big = raw > _INT64_MAX
                 for i in np.flatnonzero(too_big):
                     errors.setdefault(int(i), f"{f.name} out of range: {int(raw[i])}")
                 arrays.append(pa.array(np.where(too_big, 0, raw).astype(np.int64), pa.int64()))

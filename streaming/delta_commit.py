@@ -51,13 +51,20 @@ def _open_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str]) 
     replayed its log (9 ms after a checkpoint, ~50 ms a hundred commits later), catching up
     incrementally costs a few ms.
     """
-    key = (table_uri, schema, tuple(partition_by))  # another layout is validated afresh
+    key = _table_key(table_uri, schema, partition_by)
     table = _open_tables.get(key)
     if table is None:
         table = _open_tables[key] = ensure_table(table_uri, schema, partition_by)
     else:
         table.update_incremental()
     return table
+
+
+def _table_key(
+    table_uri: str, schema: pa.Schema, partition_by: Sequence[str]
+) -> tuple[str, pa.Schema, tuple[str, ...]]:
+    """Another schema or partitioning of the same table is validated afresh."""
+    return (table_uri, schema, tuple(partition_by))
 
 
 def ensure_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str]) -> DeltaTable:
@@ -167,7 +174,9 @@ def commit_files(
             log.warning("%s: commit attempt %s failed: %s", table_uri, attempt, exc)
             if attempt == _COMMIT_ATTEMPTS:
                 raise
-            table = _open_tables[(table_uri, schema, tuple(partition_by))] = DeltaTable(table_uri)
+            table = _open_tables[_table_key(table_uri, schema, partition_by)] = DeltaTable(
+                table_uri
+            )
             continue
         table.update_incremental()
         return CommitResult(table_uri, table.version(), len(files), rows, skipped=False)

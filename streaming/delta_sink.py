@@ -144,12 +144,11 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         try:
             for batch in iterator:
                 table = pa.Table.from_batches([batch])
-                if quarantine is not None:
-                    routed = pc.is_valid(table[plan.route_column])
-                    if table[plan.route_column].null_count < table.num_rows:
-                        bad = table.filter(routed)
-                        quarantine.write(_project(bad, plan.quarantine))
-                        table = table.filter(pc.invert(routed))
+                errors = table[plan.route_column] if quarantine is not None else None
+                if errors is not None and errors.null_count < table.num_rows:
+                    routed = pc.is_valid(errors)
+                    quarantine.write(_project(table.filter(routed), plan.quarantine))
+                    table = table.filter(pc.invert(routed))
                 main.write(_project(table, plan.main))
             return DeltaCommitMessage(
                 query_id, batch_id, main.close(), quarantine.close() if quarantine else []

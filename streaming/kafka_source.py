@@ -271,9 +271,8 @@ class _OffsetResolver:
         missing = [f"{t}/{p}" for t, p in tps if (t, p) not in spec]
         if missing:
             raise KafkaOptionError(
-                f"offsets JSON leaves out partitions {', '.join(missing)}: name every partition of "
-                "every "
-                "subscribed topic (-2 = earliest, -1 = latest)"
+                f"offsets JSON leaves out partitions {', '.join(missing)}: name every partition "
+                "of every subscribed topic (-2 = earliest, -1 = latest)"
             )
         out = {tp: spec[tp] for tp in tps}
         need_low = [tp for tp, o in out.items() if o == EARLIEST]

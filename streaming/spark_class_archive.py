@@ -1,10 +1,11 @@
 """A JVM class-data-sharing archive for Spark's driver, to cut its start-up.
 
 Spark loads ~20,000 classes at start-up. On 2 cores that is most of the fixed cost
-(measured: session 6.5 s -> 4.3 s, first job 2.4 s -> 1.4 s, JVM CPU 12.6 s -> 7.4 s with an
-archive). The archive is made once per JDK + pyspark install by a short training run
-(`tidelake spark-archive`, also run by `make venv`) that exercises the engine's code paths
-(Python data source reader and Arrow stream writer) under -XX:ArchiveClassesAtExit. Sessions
+(measured with the archive `build_archive` makes: session 6.5 s -> 4.7 s, first job
+2.4 s -> 1.5 s, JVM CPU 12.6 s -> 8.4 s). The archive is made once per JDK + pyspark install
+by a short training run (`tidelake spark-archive`, also run by `make venv`) that exercises the
+engine's code paths (Python data source reader and Arrow stream writer) under
+-XX:ArchiveClassesAtExit. Sessions
 use it when present; a stale or foreign archive is ignored by the JVM, never fatal.
 """
 
