@@ -4,9 +4,10 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv test lint format protos check-protos unit bench bench-throughput bench-latency broker clean
+.PHONY: help dev venv test lint format protos check-protos unit bench bench-throughput bench-latency broker clean
 
 help:
+	@echo "make dev               the whole platform locally; Dagster UI on http://127.0.0.1:3000"
 	@echo "make venv              create $(VENV) and install tidelake with its dev tools"
 	@echo "make test              everything CI checks: generated code, lint, the whole test suite"
 	@echo "make unit              only the tests that need neither broker nor Spark"
@@ -51,6 +52,9 @@ bench-throughput: $(STAMP)
 
 bench-latency: $(STAMP)
 	cd tests/bench && ../../$(BIN)/python engine_latency.py --out ../../bench-results/latency.json
+
+dev: $(STAMP)
+	$(BIN)/tidelake dev
 
 broker: $(STAMP)
 	$(BIN)/tidelake broker

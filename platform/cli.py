@@ -11,12 +11,9 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import click
-
-DEFAULT_HOME = ".tidelake"
 
 
 class CliError(click.ClickException):
@@ -27,33 +24,12 @@ class CliError(click.ClickException):
         self.exit_code = exit_code
 
 
-def tidelake_home() -> Path:
-    """Folder for local state: $TIDELAKE_HOME, default .tidelake under the current directory."""
-    return Path(os.environ.get("TIDELAKE_HOME") or DEFAULT_HOME)
-
-
-def broker_state_file() -> Path:
-    return tidelake_home() / "broker.json"
-
-
 def kafka_conf() -> dict[str, Any]:
     """librdkafka config: KAFKA_* variables if set, else the local broker of `tidelake broker`."""
-    from tidelake.platform.local_broker import running_broker
-    from tidelake.streaming.settings import kafka_client_config
+    from tidelake.platform.local_broker import resolve_kafka_conf
 
     with _clean_errors():
-        if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
-            return kafka_client_config()
-        state_file = broker_state_file()
-        address = running_broker(state_file)
-    if address is None:
-        raise CliError(
-            "no Kafka broker configured: set KAFKA_BOOTSTRAP_SERVERS=host:port for a cluster, or "
-            f"run `tidelake broker` in another terminal from this directory (it records its "
-            f"address in {state_file})",
-            exit_code=2,
-        )
-    return kafka_client_config({**os.environ, "KAFKA_BOOTSTRAP_SERVERS": address})
+        return resolve_kafka_conf()
 
 
 @contextmanager
@@ -120,7 +96,7 @@ def broker() -> None:
     Prints KAFKA_BOOTSTRAP_SERVERS=... and records the address under $TIDELAKE_HOME (default
     .tidelake), where other tidelake commands started from this directory find it.
     """
-    from tidelake.platform.local_broker import run_foreground
+    from tidelake.platform.local_broker import broker_state_file, run_foreground
 
     with _clean_errors():
         sys.exit(run_foreground(broker_state_file()))
@@ -289,7 +265,7 @@ def stream(
     )
     from tidelake.streaming.kafka_admin import KafkaAdminError
     from tidelake.streaming.kafka_offsets import KafkaSourceError
-    from tidelake.streaming.runner import run_flow_stream, stop_on_signals
+    from tidelake.streaming.runner import graceful_stop_signals, run_flow_stream
     from tidelake.streaming.settings import load_engine_settings
 
     conf = kafka_conf()
@@ -298,13 +274,66 @@ def stream(
             max_offsets_per_trigger=max_offsets_per_trigger, spark_master=master
         )
     settings.spark_conf.update(extra)
-    stop = stop_on_signals()
     try:
-        run_flow_stream(spec, settings, conf, available_now=available_now, stop=stop)
+        with graceful_stop_signals() as stop:
+            run_flow_stream(spec, settings, conf, available_now=available_now, stop=stop)
     except (KafkaSourceError, KafkaAdminError) as exc:
         raise CliError(str(exc), exit_code=2) from None
     except RuntimeError as exc:
         raise CliError(str(exc)) from None
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Dagster UI address.")
+@click.option("--port", type=click.IntRange(1, 65535), default=3000, show_default=True)
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0),
+    default=20.0,
+    show_default=True,
+    help="Demo events per second per flow (0: no producer).",
+)
+def dev(host: str, port: int, rate: float) -> None:
+    """Run the whole platform locally: broker, topics, demo producer and `dagster dev`.
+
+    Uses KAFKA_BOOTSTRAP_SERVERS if set, else a running `tidelake broker`, else starts one.
+    Ctrl-C stops everything this command started.
+    """
+    import logging
+
+    logging.basicConfig(level=os.environ.get("TIDELAKE_LOG_LEVEL", "INFO"))
+    from tidelake.platform.dev_stack import DevOptions, run_dev
+    from tidelake.streaming.flows import FLOWS
+
+    with _clean_errors():
+        try:
+            code = run_dev(list(FLOWS.values()), DevOptions(host=host, port=port, rate=rate))
+        except FileNotFoundError as exc:
+            raise CliError(str(exc), exit_code=2) from None
+    sys.exit(code)
+
+
+@main.command("dev-check")
+@click.option("--url", default="http://127.0.0.1:3000", show_default=True, help="Dagster UI.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True)
+def dev_check(url: str, timeout: float) -> None:
+    """Wait until the platform started by `tidelake dev` works: exit 0, else 1 naming what not.
+
+    Checks through the webserver's GraphQL API that each flow's assets are listed, its
+    supervisor sensor is RUNNING and a stream run is STARTED, then that its table has rows.
+    """
+    from tidelake.platform.dagster_web import DagsterWeb
+    from tidelake.platform.dev_check import check_dev
+    from tidelake.streaming.flows import FLOWS
+    from tidelake.streaming.settings import load_engine_settings
+
+    with _clean_errors():
+        settings = load_engine_settings()
+    try:
+        check_dev(DagsterWeb(url), list(FLOWS.values()), settings, timeout, click.echo)
+    except TimeoutError as exc:
+        raise CliError(str(exc)) from None
+    click.echo("tidelake dev: OK")
 
 
 @main.command("spark-archive")

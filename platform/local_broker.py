@@ -28,6 +28,7 @@ import threading
 import time
 import uuid
 import weakref
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import FrameType, TracebackType
 
@@ -260,6 +261,18 @@ class EmbeddedBroker:
         return tail or "(empty log)"
 
 
+@contextlib.contextmanager
+def recorded_broker(state_file: Path) -> Iterator[EmbeddedBroker]:
+    """A started broker whose address is in state_file while it runs (removed on exit)."""
+    with EmbeddedBroker() as broker:
+        _write_state(state_file, broker)
+        try:
+            yield broker
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                state_file.unlink()
+
+
 def run_foreground(state_file: Path) -> int:
     """Run a broker until SIGINT/SIGTERM, for `tidelake broker`.
 
@@ -279,29 +292,57 @@ def run_foreground(state_file: Path) -> int:
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with EmbeddedBroker() as broker:
-            _write_state(state_file, broker)
-            try:
-                print(f"KAFKA_BOOTSTRAP_SERVERS={broker.bootstrap_servers}", flush=True)
-                print(
-                    f"Local Kafka broker (Tansu, in memory: data is lost on stop) ready; "
-                    f"state in {state_file}. Ctrl-C to stop.",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                while not stop_requested.wait(0.2):
-                    if not broker.is_alive():
-                        raise BrokerError(
-                            "the local broker exited unexpectedly; its log ends with:\n"
-                            f"{broker.log_tail()}"
-                        )
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    state_file.unlink()
+        with recorded_broker(state_file) as broker:
+            print(f"KAFKA_BOOTSTRAP_SERVERS={broker.bootstrap_servers}", flush=True)
+            print(
+                f"Local Kafka broker (Tansu, in memory: data is lost on stop) ready; "
+                f"state in {state_file}. Ctrl-C to stop.",
+                file=sys.stderr,
+                flush=True,
+            )
+            while not stop_requested.wait(0.2):
+                if not broker.is_alive():
+                    raise BrokerError(
+                        "the local broker exited unexpectedly; its log ends with:\n"
+                        f"{broker.log_tail()}"
+                    )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
+
+
+DEFAULT_HOME = ".tidelake"
+
+
+def tidelake_home() -> Path:
+    """Folder for local state: $TIDELAKE_HOME, default .tidelake under the current directory."""
+    return Path(os.environ.get("TIDELAKE_HOME") or DEFAULT_HOME)
+
+
+def broker_state_file() -> Path:
+    return tidelake_home() / "broker.json"
+
+
+def resolve_kafka_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """librdkafka config: KAFKA_* variables if set, else the running `tidelake broker`.
+
+    Raises ConfigError naming both ways when neither is there.
+    """
+    from tidelake.streaming.settings import ConfigError, kafka_client_config
+
+    env = os.environ if env is None else env
+    if env.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
+        return kafka_client_config(env)
+    state_file = broker_state_file()
+    address = running_broker(state_file)
+    if address is None:
+        raise ConfigError(
+            "no Kafka broker configured: set KAFKA_BOOTSTRAP_SERVERS=host:port for a cluster, or "
+            f"run `tidelake broker` in another terminal from this directory (it records its "
+            f"address in {state_file.resolve()})"
+        )
+    return kafka_client_config({**env, "KAFKA_BOOTSTRAP_SERVERS": address})
 
 
 def running_broker(state_file: Path) -> str | None:

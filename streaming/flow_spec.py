@@ -11,7 +11,7 @@ import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import date, timedelta
 from typing import Literal
 
 from google.protobuf.descriptor import FieldDescriptor
@@ -56,6 +56,10 @@ class FlowSpec:
     topic_partitions: int = 4
     allowed_lateness: timedelta = timedelta(hours=2)
     partition_column: str = "date"
+    first_date: date = date(2026, 1, 1)
+    """First UTC date of the table's daily partitions (backfills start no earlier)."""
+    max_lag: int = 100_000
+    """Records waiting on Kafka above which the stream's lag check fails."""
     description: str = ""
     owners: tuple[str, ...] = ()
     demo_event: DemoEventFactory | None = field(default=None, compare=False, repr=False)
@@ -88,6 +92,8 @@ class FlowSpec:
             )
         if self.event_time_unit not in ("s", "ms", "us"):
             raise FlowSpecError(f"flow {self.name}: event_time_unit must be s, ms or us")
+        if self.max_lag < 0:
+            raise FlowSpecError(f"flow {self.name}: max_lag must be >= 0")
         if self.topic_partitions < 1:
             raise FlowSpecError(f"flow {self.name}: topic_partitions must be >= 1")
         for f in self.message.DESCRIPTOR.fields:

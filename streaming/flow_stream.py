@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -93,30 +95,41 @@ class FlowStream:
         return writer.start()
 
 
-def await_query(
-    query: StreamingQuery, stop: threading.Event, progress_interval_s: float = 10.0
-) -> None:
-    """Block until the query ends or `stop` is set (then stop it gracefully); log progress.
+ProgressHandler = Callable[[StreamingQuery, dict[str, Any] | None], None]
+"""Called every progress interval with the query and its newest progress (None before any)."""
 
-    Raises the query's exception if it failed.
+
+def log_progress(query: StreamingQuery, progress: dict[str, Any] | None) -> None:
+    if progress is None:
+        log.info("%s: waiting for the first batch", query.name)
+        return
+    log.info(
+        "%s batch %s: %s rows, %.0f rows/s in, %.0f rows/s processed",
+        query.name,
+        progress["batchId"],
+        progress["numInputRows"],
+        progress.get("inputRowsPerSecond") or 0.0,
+        progress.get("processedRowsPerSecond") or 0.0,
+    )
+
+
+def await_query(
+    query: StreamingQuery,
+    stop: threading.Event,
+    progress_interval_s: float = 10.0,
+    on_progress: ProgressHandler = log_progress,
+) -> None:
+    """Block until the query ends or `stop` is set (then stop it gracefully).
+
+    Reports progress every `progress_interval_s`, also while idle, so that a watcher can tell a
+    quiet stream from a dead one. Raises the query's exception if it failed.
     """
-    last_batch = -1
-    waited = 0.0
+    next_report = time.monotonic() + progress_interval_s
     while query.isActive and not stop.is_set():
         query.awaitTermination(0.25)
-        waited += 0.25
-        progress = query.lastProgress
-        if progress and progress["batchId"] != last_batch and waited >= progress_interval_s:
-            waited = 0.0
-            last_batch = progress["batchId"]
-            log.info(
-                "%s batch %s: %s rows, %.0f rows/s in, %.0f rows/s processed",
-                query.name,
-                progress["batchId"],
-                progress["numInputRows"],
-                progress.get("inputRowsPerSecond") or 0.0,
-                progress.get("processedRowsPerSecond") or 0.0,
-            )
+        if time.monotonic() >= next_report and query.isActive:
+            next_report = time.monotonic() + progress_interval_s
+            on_progress(query, query.lastProgress)
     if query.isActive:
         log.info("stopping %s", query.name)
         query.stop()

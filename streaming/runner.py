@@ -11,7 +11,8 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from types import FrameType
 
 from tidelake.streaming.flow_spec import FlowSpec
@@ -41,8 +42,13 @@ def run_flow_stream(
     await_query(query, stop or threading.Event())
 
 
-def stop_on_signals() -> threading.Event:
-    """An event set by the first SIGTERM/SIGINT; a second one exits at once."""
+@contextmanager
+def graceful_stop_signals() -> Iterator[threading.Event]:
+    """An event set by the first SIGTERM/SIGINT; a second one exits at once.
+
+    The previous handlers come back on exit, so a host process (a Dagster run worker) keeps its
+    own interrupt handling outside the stream.
+    """
     stop = threading.Event()
 
     def handle(signum: int, _frame: FrameType | None) -> None:
@@ -51,6 +57,9 @@ def stop_on_signals() -> threading.Event:
         log.info("received %s: stopping after the current batch", signal.Signals(signum).name)
         stop.set()
 
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
-    return stop
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

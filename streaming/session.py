@@ -28,24 +28,25 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
 }
 
 
-def build_spark_session(
+def spark_session_conf(
     master: str = "local[2]",
     conf: Mapping[str, str] | None = None,
     app_name: str = "tidelake",
     *,
     use_class_archive: bool = True,
-) -> SparkSession:
-    """Get or create the session; local masters bind to loopback only.
+) -> dict[str, str]:
+    """Every setting of the engine's session, for SparkSession.builder or a Dagster resource.
 
-    With use_class_archive the driver JVM maps the class archive of `tidelake spark-archive`
-    if one was built (see spark_class_archive); it changes nothing else.
+    Local masters bind to loopback only. Workers run this interpreter (the virtualenv), not
+    whatever python3 is on PATH. With use_class_archive the driver JVM maps the class archive of
+    `tidelake spark-archive` if one was built (see spark_class_archive); it changes nothing else.
     """
-    if master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    # workers must run this interpreter (the virtualenv), not whatever python3 is on PATH
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(master).appName(app_name)
-    settings = dict(DEFAULT_SPARK_CONF)
+    settings = {
+        "spark.master": master,
+        "spark.app.name": app_name,
+        "spark.pyspark.python": sys.executable,
+        **DEFAULT_SPARK_CONF,
+    }
     if master.startswith("local"):
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
@@ -54,9 +55,39 @@ def build_spark_session(
     if archive_options:
         user_options = settings.get("spark.driver.extraJavaOptions", "")
         settings["spark.driver.extraJavaOptions"] = f"{archive_options} {user_options}".strip()
-    for key, value in settings.items():
+    return settings
+
+
+def build_spark_session(
+    master: str = "local[2]",
+    conf: Mapping[str, str] | None = None,
+    app_name: str = "tidelake",
+    *,
+    use_class_archive: bool = True,
+) -> SparkSession:
+    """Get or create the engine's session (see spark_session_conf) with its data sources."""
+    prepare_environment(master)
+    builder = SparkSession.builder
+    for key, value in spark_session_conf(
+        master, conf, app_name, use_class_archive=use_class_archive
+    ).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    return prepare_session(builder.getOrCreate())
+
+
+def prepare_environment(master: str) -> None:
+    """Environment the driver needs before its JVM starts.
+
+    PySpark takes the Python of planner workers (data sources) from PYSPARK_PYTHON, not from
+    spark.pyspark.python, so without it they run the system python3, which lacks tidelake.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def prepare_session(spark: SparkSession) -> SparkSession:
+    """Quiet Spark's logs and register tidelake's data sources on a session built elsewhere."""
     spark.sparkContext.setLogLevel(os.environ.get("TIDELAKE_SPARK_LOG_LEVEL", "WARN"))
     register_data_sources(spark)
     return spark

@@ -1,0 +1,115 @@
+"""A small client of the Dagster webserver's GraphQL API, as an external tool would use it.
+
+`tidelake dev-check` and the end-to-end tests drive Dagster only through this: server info,
+sensors, runs, asset nodes, run termination.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import requests
+
+T = TypeVar("T")
+
+
+class DagsterWebError(RuntimeError):
+    """The webserver did not answer, or answered with errors."""
+
+
+@dataclass(frozen=True)
+class DagsterWeb:
+    url: str = "http://127.0.0.1:3000"
+    location: str = "tidelake"
+    timeout_s: float = 10.0
+
+    def server_info(self) -> dict[str, Any]:
+        try:
+            response = requests.get(f"{self.url}/server_info", timeout=self.timeout_s)
+            response.raise_for_status()
+        except requests.RequestException as exc:
+            raise DagsterWebError(f"no Dagster webserver at {self.url}: {exc}") from None
+        return response.json()
+
+    def query(self, text: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+        try:
+            response = requests.post(
+                f"{self.url}/graphql",
+                json={"query": text, "variables": variables or {}},
+                timeout=self.timeout_s,
+            )
+            response.raise_for_status()
+        except requests.RequestException as exc:
+            raise DagsterWebError(f"GraphQL request to {self.url} failed: {exc}") from None
+        body = response.json()
+        if body.get("errors"):
+            raise DagsterWebError(f"GraphQL errors: {body['errors']}")
+        return body["data"]
+
+    def sensor_states(self) -> dict[str, str]:
+        data = self.query(
+            """query($sel: RepositorySelector!) {
+              sensorsOrError(repositorySelector: $sel) {
+                __typename
+                ... on Sensors { results { name sensorState { status } } }
+                ... on PythonError { message }
+              }
+            }""",
+            {"sel": {"repositoryName": "__repository__", "repositoryLocationName": self.location}},
+        )["sensorsOrError"]
+        if data["__typename"] != "Sensors":
+            raise DagsterWebError(f"cannot list sensors: {data}")
+        return {s["name"]: s["sensorState"]["status"] for s in data["results"]}
+
+    def runs(self, job_name: str, statuses: list[str] | None = None) -> list[dict[str, Any]]:
+        """Runs of a job, newest first: runId, status, startTime, endTime."""
+        run_filter: dict[str, Any] = {"pipelineName": job_name}
+        if statuses:
+            run_filter["statuses"] = statuses
+        data = self.query(
+            """query($filter: RunsFilter) {
+              runsOrError(filter: $filter) {
+                __typename
+                ... on Runs { results { runId status startTime endTime } }
+                ... on PythonError { message }
+              }
+            }""",
+            {"filter": run_filter},
+        )["runsOrError"]
+        if data["__typename"] != "Runs":
+            raise DagsterWebError(f"cannot list runs: {data}")
+        return data["results"]
+
+    def asset_keys(self) -> list[str]:
+        data = self.query("query { assetNodes { assetKey { path } } }")
+        return ["/".join(node["assetKey"]["path"]) for node in data["assetNodes"]]
+
+    def terminate_run(self, run_id: str) -> str:
+        data = self.query(
+            """mutation($runId: String!) {
+              terminateRun(runId: $runId) { __typename }
+            }""",
+            {"runId": run_id},
+        )
+        return data["terminateRun"]["__typename"]
+
+
+def wait_for(
+    probe: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 2.0
+) -> T:
+    """Poll probe until it returns something other than None; errors count as not yet."""
+    deadline = time.monotonic() + timeout_s
+    last_error = ""
+    while time.monotonic() < deadline:
+        try:
+            value = probe()
+        except DagsterWebError as exc:
+            value, last_error = None, str(exc)
+        if value is not None:
+            return value
+        time.sleep(interval_s)
+    detail = f" (last error: {last_error})" if last_error else ""
+    raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}{detail}")

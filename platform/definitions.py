@@ -1,0 +1,46 @@
+"""The one Dagster definitions root: everything per flow is generated from the flow declarations.
+
+`dagster dev -w workspace.yaml` (or `make dev`) loads `defs` from here.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from tidelake.platform.flow_assets import flow_asset_specs
+from tidelake.platform.resources import KafkaResource, engine_settings, spark_resource
+from tidelake.platform.stream_checks import build_stream_checks
+from tidelake.platform.stream_jobs import build_stream_job
+from tidelake.platform.stream_sensors import build_supervisor_sensor
+from tidelake.platform.supervisor import SupervisorPolicy
+from tidelake.streaming.flow_spec import FlowSpec
+from tidelake.streaming.flows import FLOWS
+from tidelake.streaming.settings import EngineSettings
+
+
+def flow_definitions(
+    flow: FlowSpec, settings: EngineSettings, policy: SupervisorPolicy
+) -> dg.Definitions:
+    """Assets, stream job, supervisor sensor and health checks of one flow."""
+    job = build_stream_job(flow, settings)
+    return dg.Definitions(
+        assets=flow_asset_specs(flow, settings),
+        asset_checks=[build_stream_checks(flow, settings, policy)],
+        jobs=[job],
+        sensors=[build_supervisor_sensor(flow, job, settings, policy)],
+    )
+
+
+def build_definitions(
+    flows: dict[str, FlowSpec] | None = None,
+    settings: EngineSettings | None = None,
+    policy: SupervisorPolicy | None = None,
+) -> dg.Definitions:
+    settings = settings or engine_settings()
+    policy = policy or SupervisorPolicy()
+    per_flow = [flow_definitions(f, settings, policy) for f in (flows or FLOWS).values()]
+    shared = dg.Definitions(resources={"kafka": KafkaResource(), "spark": spark_resource(settings)})
+    return dg.Definitions.merge(shared, *per_flow)
+
+
+defs = build_definitions()

@@ -1,0 +1,181 @@
+"""`tidelake dev` (what `make dev` runs): the whole platform on one machine, one command.
+
+Starts, in order: the embedded broker (unless KAFKA_BOOTSTRAP_SERVERS names a cluster), the flows'
+topics, a demo producer per flow at a modest rate, and `dagster dev` in its own process group
+with DAGSTER_HOME in the repository. Ctrl-C (or SIGTERM) stops all of it, newest first: Dagster
+gets SIGINT so stream runs stop between batches, and whatever outlives the grace period is
+killed with its whole process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidelake.platform.local_broker import broker_state_file, recorded_broker, running_broker
+from tidelake.streaming.flow_spec import FlowSpec
+from tidelake.streaming.kafka_admin import check_reachable, ensure_flow_topics
+from tidelake.streaming.settings import kafka_client_config
+
+log = logging.getLogger(__name__)
+
+DAGSTER_STOP_GRACE_S = 60.0
+PRODUCER_DURATION_S = 7 * 86_400
+DEV_TRIGGER_INTERVAL = "5 seconds"
+
+
+@dataclass(frozen=True)
+class DevOptions:
+    host: str = "127.0.0.1"
+    port: int = 3000
+    rate: float = 20.0
+    """Demo events per second per flow; 0 starts no producer."""
+    workspace: Path = Path("workspace.yaml")
+
+
+def dagster_home(env: Mapping[str, str]) -> Path:
+    """$DAGSTER_HOME, default .dagster_home here; holds (a link to) platform/dagster.yaml."""
+    home = Path(env.get("DAGSTER_HOME") or ".dagster_home").resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    ours = Path(__file__).with_name("dagster.yaml")
+    if config.is_symlink() or not config.exists():
+        config.unlink(missing_ok=True)
+        config.symlink_to(ours)
+    else:
+        log.info("keeping the instance settings already in %s", config)
+    return home
+
+
+def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
+    """Run the local platform until Ctrl-C/SIGTERM or until `dagster dev` exits; its exit code."""
+    if not options.workspace.exists():
+        raise FileNotFoundError(
+            f"{options.workspace} not found: run `tidelake dev` from the repository root"
+        )
+    stop = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        with contextlib.ExitStack() as stack:
+            env = dict(os.environ)
+            env["DAGSTER_HOME"] = str(dagster_home(env))
+            # a demo trickle needs no sub-second batches; fewer, larger files and commits
+            env.setdefault("TIDELAKE_TRIGGER_INTERVAL", DEV_TRIGGER_INTERVAL)
+            env["KAFKA_BOOTSTRAP_SERVERS"] = stack.enter_context(_kafka(env))
+            conf = kafka_client_config(env)
+            check_reachable(conf)
+            ensure_flow_topics(conf, flows)
+            if options.rate > 0:
+                for flow in flows:
+                    if flow.demo_event is not None:
+                        stack.enter_context(_process_group(_producer_command(flow, options), env))
+            dagster = stack.enter_context(
+                _process_group(_dagster_command(options), env, DAGSTER_STOP_GRACE_S)
+            )
+            print(
+                f"tidelake dev: Dagster UI on http://{options.host}:{options.port} "
+                f"(DAGSTER_HOME={env['DAGSTER_HOME']}, Kafka {env['KAFKA_BOOTSTRAP_SERVERS']}); "
+                "Ctrl-C stops everything",
+                file=sys.stderr,
+                flush=True,
+            )
+            while not stop.wait(0.5):
+                if dagster.poll() is not None:
+                    return dagster.returncode or 1
+            print("tidelake dev: stopping", file=sys.stderr, flush=True)
+            return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _kafka(env: Mapping[str, str]) -> Iterator[str]:
+    """The configured cluster, a `tidelake broker` already running, or a new embedded broker."""
+    configured = env.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    if configured:
+        yield configured
+        return
+    state_file = broker_state_file()
+    existing = running_broker(state_file)
+    if existing is not None:
+        log.info("using the local broker already running at %s", existing)
+        yield existing
+        return
+    with recorded_broker(state_file) as broker:
+        yield broker.bootstrap_servers
+
+
+def _producer_command(flow: FlowSpec, options: DevOptions) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "tidelake.platform.cli",
+        "produce",
+        flow.name,
+        "--rate",
+        str(options.rate),
+        "--duration",
+        str(PRODUCER_DURATION_S),
+        "--no-progress",
+    ]
+
+
+def _dagster_command(options: DevOptions) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "dagster",
+        "dev",
+        "-w",
+        str(options.workspace),
+        "-h",
+        options.host,
+        "-p",
+        str(options.port),
+    ]
+
+
+@contextlib.contextmanager
+def _process_group(
+    command: list[str], env: Mapping[str, str], grace_s: float = 10.0
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A child in its own process group; on exit SIGINT to the group, then SIGKILL after grace."""
+    process = subprocess.Popen(command, env=dict(env), start_new_session=True)
+    try:
+        yield process
+    finally:
+        stop_process_group(process, grace_s)
+
+
+def stop_process_group(process: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGINT the child's group, wait up to grace_s for it to empty, then SIGKILL what is left."""
+    pgid = process.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGINT)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and _group_alive(pgid):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    process.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

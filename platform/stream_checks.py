@@ -1,0 +1,53 @@
+"""The stream_alive and lag_below_threshold checks of each flow's table, runnable on demand.
+
+The supervisor sensor records both every tick; executing them from the UI measures the same
+things at once (no Spark, one bounded Kafka probe).
+"""
+
+from collections.abc import Iterator
+
+import dagster as dg
+
+from tidelake.platform.flow_assets import LAG_BELOW_THRESHOLD, STREAM_ALIVE, table_key
+from tidelake.platform.resources import KafkaResource
+from tidelake.platform.stream_health import measure_health, recent_runs
+from tidelake.platform.stream_jobs import stream_job_name
+from tidelake.platform.supervisor import SupervisorPolicy
+from tidelake.streaming.flow_spec import FlowSpec
+from tidelake.streaming.settings import EngineSettings
+
+
+def build_stream_checks(
+    flow: FlowSpec, settings: EngineSettings, policy: SupervisorPolicy
+) -> dg.AssetChecksDefinition:
+    key = table_key(flow)
+    checkpoint = str(settings.checkpoint_path(flow.name))
+
+    @dg.multi_asset_check(
+        name=f"{flow.name}_stream_health",
+        specs=[
+            dg.AssetCheckSpec(
+                STREAM_ALIVE,
+                asset=key,
+                description="A run of the stream is up, not crash-looping, and committing "
+                "batches while records wait.",
+            ),
+            dg.AssetCheckSpec(
+                LAG_BELOW_THRESHOLD,
+                asset=key,
+                description=f"Records on Kafka not yet in the table stay at most {flow.max_lag}.",
+            ),
+        ],
+    )
+    def stream_health(
+        context: dg.AssetCheckExecutionContext, kafka: KafkaResource
+    ) -> Iterator[dg.AssetCheckResult]:
+        job = stream_job_name(flow)
+        instance = context.instance
+        restarts = max(0, instance.get_runs_count(dg.RunsFilter(job_name=job)) - 1)
+        health = measure_health(
+            flow, checkpoint, kafka.client_config(), recent_runs(instance, job), restarts, policy
+        )
+        yield from health.check_results()
+
+    return stream_health

@@ -1,0 +1,158 @@
+"""Always-on streams as Dagster runs: one job per flow whose single op runs the flow's query.
+
+The op blocks until the run is terminated. Terminating from the UI sends the run worker SIGINT;
+the op then stops the query between batches, so the checkpoint stays consistent, and ends the
+run as canceled. Progress goes to the run's log and to observations of the table asset.
+"""
+
+import os
+from typing import Any
+
+import dagster as dg
+from dagster_pyspark import LazyPySparkResource
+from pydantic import Field
+from pyspark.sql.streaming import StreamingQuery
+
+from tidelake.platform.flow_assets import STREAM_TAG, table_key
+from tidelake.platform.resources import KafkaResource
+from tidelake.streaming.flow_spec import FlowSpec
+from tidelake.streaming.flow_stream import FlowStream, await_query
+from tidelake.streaming.kafka_admin import KafkaAdminError
+from tidelake.streaming.kafka_offsets import KafkaSourceError, from_json_offsets
+from tidelake.streaming.runner import graceful_stop_signals
+from tidelake.streaming.session import prepare_environment, prepare_session
+from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.stream_status import kafka_ends
+
+
+class StreamRunConfig(dg.Config):
+    """Per-run knobs of a stream; defaults come from TIDELAKE_* settings."""
+
+    max_offsets_per_trigger: int | None = Field(
+        default=None, ge=1, description="records per micro-batch at most"
+    )
+    trigger_interval: str | None = Field(
+        default=None, description='processing-time trigger, e.g. "5 seconds"'
+    )
+    progress_interval_s: float = Field(
+        default=30.0, gt=0, description="seconds between progress reports"
+    )
+
+
+def stream_job_name(flow: FlowSpec) -> str:
+    return f"{flow.name}_stream"
+
+
+def build_stream_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefinition:
+    """The job whose run is the flow's always-on stream."""
+
+    @dg.op(
+        name=f"run_{flow.name}_stream",
+        description=f"Streams Kafka topic {flow.topic!r} into Delta table {flow.table!r} "
+        "until the run is terminated.",
+        tags={"dagster/kind/spark": "", "dagster/kind/kafka": ""},
+    )
+    def run_stream(
+        context: dg.OpExecutionContext,
+        config: StreamRunConfig,
+        kafka: KafkaResource,
+        spark: LazyPySparkResource,
+    ) -> None:
+        run_settings = settings.model_copy(
+            update={
+                k: v
+                for k, v in {
+                    "max_offsets_per_trigger": config.max_offsets_per_trigger,
+                    "trigger_interval": config.trigger_interval,
+                }.items()
+                if v is not None
+            }
+        )
+        conf = kafka.client_config()
+        stream = FlowStream(flow, run_settings, conf)
+        try:
+            stream.preflight()
+        except KafkaAdminError as exc:
+            raise dg.Failure(description=str(exc)) from None
+        context.log.info(
+            f"stream worker pid {os.getpid()}: {flow.topic} -> {stream.table_uri} "
+            f"(checkpoint {stream.checkpoint})"
+        )
+        prepare_environment(run_settings.spark_master)
+        session = prepare_session(spark.spark_session)
+        reporter = ProgressReporter(context, flow, conf)
+        with graceful_stop_signals() as stop:
+            query = stream.start(session)
+            try:
+                await_query(query, stop, config.progress_interval_s, reporter)
+            except RuntimeError as exc:
+                raise dg.Failure(description=str(exc)) from None
+        if stop.is_set():
+            context.log.info("stream stopped gracefully; checkpoint is consistent")
+            raise dg.DagsterExecutionInterruptedError()
+
+    @dg.job(
+        name=stream_job_name(flow),
+        description=f"The always-on stream of flow {flow.name}; its supervisor sensor keeps "
+        "exactly one run alive. Stop the sensor before terminating a run to keep it stopped.",
+        tags={
+            STREAM_TAG: flow.name,
+            # restarts are the supervisor's job (with back-off), not the run-retry daemon's
+            "dagster/max_retries": "0",
+        },
+        executor_def=dg.in_process_executor,
+    )
+    def stream_job() -> None:
+        run_stream()
+
+    return stream_job
+
+
+class ProgressReporter:
+    """Logs the query's progress and records it as an observation of the table asset."""
+
+    def __init__(self, context: dg.OpExecutionContext, flow: FlowSpec, kafka_conf: dict[str, str]):
+        self._context = context
+        self._flow = flow
+        self._kafka_conf = kafka_conf
+
+    def __call__(self, query: StreamingQuery, progress: dict[str, Any] | None) -> None:
+        if progress is None:
+            self._context.log.info(f"{query.name}: started, waiting for the first batch")
+            return
+        lag = self._lag(progress)
+        batch = progress["batchId"]
+        rows = progress["numInputRows"]
+        rate_in = progress.get("inputRowsPerSecond") or 0.0
+        rate_done = progress.get("processedRowsPerSecond") or 0.0
+        self._context.log.info(
+            f"{query.name} batch {batch}: {rows} rows, {rate_in:.0f} rows/s in, "
+            f"{rate_done:.0f} rows/s processed, lag {'?' if lag is None else lag}"
+        )
+        metadata: dict[str, Any] = {
+            "batch_id": dg.MetadataValue.int(batch),
+            "batch_rows": dg.MetadataValue.int(rows),
+            "input_rows_per_second": dg.MetadataValue.float(round(rate_in, 1)),
+            "processed_rows_per_second": dg.MetadataValue.float(round(rate_done, 1)),
+            "batch_duration_ms": dg.MetadataValue.int(
+                int(progress.get("durationMs", {}).get("triggerExecution", 0))
+            ),
+        }
+        if lag is not None:
+            metadata["lag_total"] = dg.MetadataValue.int(lag)
+        self._context.log_event(
+            dg.AssetObservation(asset_key=table_key(self._flow), metadata=metadata)
+        )
+
+    def _lag(self, progress: dict[str, Any]) -> int | None:
+        """Kafka ends minus the end of the newest batch; None if Kafka did not answer in time."""
+        sources = progress.get("sources") or []
+        if not sources or not sources[0].get("endOffset"):
+            return None
+        done = from_json_offsets(sources[0]["endOffset"])
+        try:
+            ends = kafka_ends(self._kafka_conf, self._flow.topic)
+        except KafkaSourceError as exc:
+            self._context.log.warning(f"lag unknown: {exc}")
+            return None
+        return sum(max(0, end - done.get((self._flow.topic, p), 0)) for p, end in ends.items())
