@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
@@ -23,10 +25,10 @@ class KafkaResource(dg.ConfigurableResource):
     )
 
     def client_config(self) -> dict[str, str]:
-        conf = resolve_kafka_conf()
+        env = dict(os.environ)
         if self.bootstrap_servers:
-            conf["bootstrap.servers"] = self.bootstrap_servers
-        return conf
+            env["KAFKA_BOOTSTRAP_SERVERS"] = self.bootstrap_servers
+        return resolve_kafka_conf(env)
 
     def describe(self) -> dict[str, str]:
         """The client config with secrets masked, for logs and metadata."""

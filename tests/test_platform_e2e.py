@@ -1,0 +1,249 @@
+"""The whole platform as a user runs it: `tidelake dev` (what `make dev` runs) starts `dagster dev`
+in its own process group with its own DAGSTER_HOME, against the test session's broker. The tests
+drive Dagster only through its GraphQL API and read the Delta tables with delta-rs and DuckDB.
+
+Order matters (one stack per module): up -> exactly once -> SIGKILL of the run -> terminate from
+the UI -> partitions closed -> Ctrl-C leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from lake_readers import duckdb_query, read_delta
+
+from tidelake.platform.dagster_web import DagsterWeb, wait_for
+from tidelake.platform.dev_check import check_dev
+from tidelake.platform.produce import ProduceReport, produce_demo_events
+from tidelake.platform.stream_jobs import stream_job_name
+from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.kafka_admin import delete_topic, ensure_topic
+from tidelake.streaming.settings import EngineSettings
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+JOB = stream_job_name(CALL_EVENTS)
+
+
+@dataclass
+class Stack:
+    process: subprocess.Popen[bytes]
+    web: DagsterWeb
+    settings: EngineSettings
+    log: Path
+    kafka_conf: dict[str, Any]
+    reports: list[ProduceReport] = field(default_factory=list)
+
+    def produce(self, **kwargs: Any) -> ProduceReport:
+        report = produce_demo_events(
+            CALL_EVENTS, self.kafka_conf, collect_keys=True, progress=False, **kwargs
+        )
+        self.reports.append(report)
+        return report
+
+    @property
+    def table_uri(self) -> str:
+        return str(self.settings.table_path(CALL_EVENTS.table))
+
+    def wait_for_rows(self, rows: int, timeout_s: float = 120) -> None:
+        def probe() -> bool | None:
+            try:
+                return True if read_delta(self.table_uri).num_rows >= rows else None
+            except Exception:  # table not created yet
+                return None
+
+        wait_for(probe, timeout_s, f"{rows} rows in {self.table_uri}", interval_s=1)
+
+    def started_run(self, other_than: str | None = None, timeout_s: float = 120) -> str:
+        def probe() -> str | None:
+            runs = [r for r in self.web.runs(JOB, ["STARTED"]) if r["runId"] != other_than]
+            return runs[0]["runId"] if runs else None
+
+        return wait_for(probe, timeout_s, f"a STARTED run of {JOB}", interval_s=1)
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-6000:]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def stack(kafka_conf: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    root = tmp_path_factory.mktemp("platform")
+    delete_topic(kafka_conf, CALL_EVENTS.topic)
+    ensure_topic(kafka_conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
+    settings = EngineSettings(lake=root / "lake", checkpoints=root / "checkpoints")
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(root / "dagster_home"),
+        "TIDELAKE_HOME": str(root / "home"),
+        "TIDELAKE_LAKE": str(settings.lake),
+        "TIDELAKE_CHECKPOINTS": str(settings.checkpoints),
+        "TIDELAKE_TRIGGER_INTERVAL": "1 second",
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+    }
+    log = root / "dev.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tidelake.platform.cli",
+                "dev",
+                "--rate",
+                "0",
+                "--port",
+                str(port),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    stack = Stack(process, DagsterWeb(f"http://127.0.0.1:{port}"), settings, log, kafka_conf)
+    try:
+        yield stack
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        delete_topic(kafka_conf, CALL_EVENTS.topic)
+
+
+def test_dev_stack_comes_up_with_a_supervised_stream(stack: Stack) -> None:
+    # three dates, poison and late events; produced before the stream starts reading
+    stack.produce(count=600, days=3, malformed_share=0.05, late_share=0.1, seed=7)
+    lines: list[str] = []
+    try:
+        check_dev(stack.web, [CALL_EVENTS], stack.settings, 300, lines.append)
+    except TimeoutError:
+        pytest.fail(f"platform did not come up: {lines}\n{stack.tail()}")
+    assert any("RUNNING" in line for line in lines)
+    assert any("STARTED" in line for line in lines)
+
+
+def test_events_land_exactly_once(stack: Stack) -> None:
+    (report,) = stack.reports
+    stack.wait_for_rows(report.good)
+    table = read_delta(stack.table_uri)
+    assert sorted(table.column("call_sid").to_pylist()) == sorted(report.keys)
+    assert Counter(d.isoformat() for d in table.column("date").to_pylist()) == report.by_date
+    quarantine = str(stack.settings.table_path(CALL_EVENTS.quarantine_table))
+    assert duckdb_query(f"select count(*) from delta_scan('{quarantine}')") == [(report.malformed,)]
+
+
+def _run_worker(stack: Stack, run_id: str) -> psutil.Process:
+    """The process executing the run, as the run's own log names it (read over GraphQL)."""
+    data = stack.web.query(
+        """query($runId: ID!) { logsForRun(runId: $runId) {
+            ... on EventConnection { events { ... on MessageEvent { message } } } } }""",
+        {"runId": run_id},
+    )
+    messages = [e.get("message") or "" for e in data["logsForRun"]["events"]]
+    (pid,) = {int(m.split()[3].rstrip(":")) for m in messages if m.startswith("stream worker pid")}
+    worker = psutil.Process(pid)
+    assert worker in psutil.Process(stack.process.pid).children(recursive=True)
+    return worker
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
+
+
+def test_killed_run_is_replaced_within_60s_and_data_stays_exactly_once(stack: Stack) -> None:
+    run_id = stack.started_run()
+    worker = _run_worker(stack, run_id)
+    killed_at = time.monotonic()
+    worker.send_signal(signal.SIGKILL)
+    replacement = stack.started_run(other_than=run_id, timeout_s=60)
+    replaced_after = time.monotonic() - killed_at
+    assert replaced_after < 60, f"replacement {replacement} STARTED after {replaced_after:.0f}s"
+    (old,) = [r for r in stack.web.runs(JOB) if r["runId"] == run_id]
+    assert old["status"] == "FAILURE"
+    more = stack.produce(count=300, malformed_share=0, late_share=0, seed=8)
+    good = sum(r.good for r in stack.reports)
+    stack.wait_for_rows(good)
+    keys = read_delta(stack.table_uri).column("call_sid").to_pylist()
+    assert len(keys) == good and len(set(keys)) == good
+    assert set(more.keys) <= set(keys)
+    print(f"run {run_id} SIGKILLed; {replacement} STARTED {replaced_after:.1f}s later")
+
+
+def test_terminating_from_the_ui_stops_gracefully_and_the_sensor_restarts(stack: Stack) -> None:
+    run_id = stack.started_run()
+    assert stack.web.terminate_run(run_id) == "TerminateRunSuccess"
+    wait_for(
+        lambda: True
+        if [r for r in stack.web.runs(JOB, ["CANCELED"]) if r["runId"] == run_id]
+        else None,
+        60,
+        f"run {run_id} CANCELED",
+    )
+    assert "stream stopped gracefully" in stack.log.read_text(errors="replace")
+    stack.started_run(other_than=run_id, timeout_s=90)
+    good = sum(r.good for r in stack.reports)
+    stack.produce(count=100, malformed_share=0, late_share=0, seed=9)
+    stack.wait_for_rows(good + 100)
+    assert read_delta(stack.table_uri).num_rows == good + 100
+
+
+def test_days_behind_the_event_time_are_materialized_with_row_counts(stack: Stack) -> None:
+    horizon = datetime.now(UTC) - CALL_EVENTS.allowed_lateness
+    first = stack.reports[0]
+    expected = {
+        day: n
+        for day, n in first.by_date.items()
+        if datetime.combine(date.fromisoformat(day) + timedelta(days=1), datetime.min.time(), UTC)
+        < horizon - timedelta(minutes=5)
+    }
+    assert expected, "the first report spans three dates: at least one is closed"
+
+    def materialized() -> dict[str, int] | None:
+        data = stack.web.query(
+            """query { assetOrError(assetKey: {path: ["lake", "call_events"]}) {
+                ... on Asset { assetMaterializations { partition metadataEntries {
+                    label ... on IntMetadataEntry { intValue } } } } } }"""
+        )
+        found = {
+            m["partition"]: next(
+                e["intValue"] for e in m["metadataEntries"] if e["label"] == "dagster/row_count"
+            )
+            for m in data["assetOrError"]["assetMaterializations"]
+        }
+        return found if set(expected) <= set(found) else None
+
+    found = wait_for(materialized, 90, f"materializations of {sorted(expected)}")
+    for day, rows in expected.items():
+        assert found[day] == rows
+
+
+def test_ctrl_c_stops_everything_it_started(stack: Stack) -> None:
+    started = psutil.Process(stack.process.pid).children(recursive=True)
+    assert len(started) >= 4  # dagster dev, webserver, daemon, code server, run worker, JVM...
+    stack.process.send_signal(signal.SIGINT)
+    assert stack.process.wait(timeout=120) == 0, stack.tail()
+    alive = [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, [(p.pid, _cmdline(p)) for p in alive]
