@@ -87,6 +87,32 @@ class DagsterWeb:
         data = self.query("query { assetNodes { assetKey { path } } }")
         return ["/".join(node["assetKey"]["path"]) for node in data["assetNodes"]]
 
+    def launch_run(self, job_name: str, run_config: dict[str, Any] | None = None) -> str:
+        """Launch a run of a job as the Launchpad would; its run id."""
+        data = self.query(
+            """mutation($params: ExecutionParams!) {
+              launchRun(executionParams: $params) {
+                __typename
+                ... on LaunchRunSuccess { run { runId } }
+                ... on PythonError { message }
+                ... on RunConfigValidationInvalid { errors { message } }
+              }
+            }""",
+            {
+                "params": {
+                    "selector": {
+                        "repositoryLocationName": self.location,
+                        "repositoryName": "__repository__",
+                        "jobName": job_name,
+                    },
+                    "runConfigData": run_config or {},
+                }
+            },
+        )["launchRun"]
+        if data["__typename"] != "LaunchRunSuccess":
+            raise DagsterWebError(f"cannot launch {job_name}: {data}")
+        return data["run"]["runId"]
+
     def terminate_run(self, run_id: str) -> str:
         data = self.query(
             """mutation($runId: String!) {

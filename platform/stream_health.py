@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import dagster as dg
 from confluent_kafka import KafkaException
@@ -32,6 +32,7 @@ from tidelake.streaming.stream_status import (
     stream_lag,
 )
 
+CheckEvent = TypeVar("CheckEvent", dg.AssetCheckEvaluation, dg.AssetCheckResult)
 STALL_AFTER_S = 300.0
 """A started stream with records waiting and no commit for this long counts as stalled."""
 KAFKA_PROBE_TIMEOUT_S = 5.0
@@ -119,21 +120,16 @@ class StreamHealth:
         return dg.AssetObservation(asset_key=table_key(self.flow), metadata=self.metadata())
 
     def check_evaluations(self) -> list[dg.AssetCheckEvaluation]:
-        return [
-            dg.AssetCheckEvaluation(
-                asset_key=table_key(self.flow),
-                check_name=name,
-                passed=passed,
-                severity=severity,
-                description=text,
-                metadata=self.metadata(),
-            )
-            for name, (passed, severity, text) in self._checks().items()
-        ]
+        """The checks as a sensor records them."""
+        return self._check_events(dg.AssetCheckEvaluation)
 
     def check_results(self) -> list[dg.AssetCheckResult]:
+        """The checks as a check execution yields them."""
+        return self._check_events(dg.AssetCheckResult)
+
+    def _check_events(self, kind: type[CheckEvent]) -> list[CheckEvent]:
         return [
-            dg.AssetCheckResult(
+            kind(
                 asset_key=table_key(self.flow),
                 check_name=name,
                 passed=passed,

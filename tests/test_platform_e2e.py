@@ -210,6 +210,16 @@ def test_terminating_from_the_ui_stops_gracefully_and_the_sensor_restarts(stack:
     assert read_delta(stack.table_uri).num_rows == good + 100
 
 
+def test_a_second_run_of_a_stream_waits_in_the_queue(stack: Stack) -> None:
+    running = stack.started_run()
+    extra = stack.web.launch_run(JOB)  # as a user would from the Launchpad
+    time.sleep(15)  # several run-queue passes
+    statuses = {r["runId"]: r["status"] for r in stack.web.runs(JOB)}
+    assert statuses[running] == "STARTED" and statuses[extra] == "QUEUED"
+    assert list(statuses.values()).count("STARTED") == 1
+    assert stack.web.terminate_run(extra) == "TerminateRunSuccess"
+
+
 def test_days_behind_the_event_time_are_materialized_with_row_counts(stack: Stack) -> None:
     horizon = datetime.now(UTC) - CALL_EVENTS.allowed_lateness
     first = stack.reports[0]

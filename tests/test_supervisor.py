@@ -116,7 +116,7 @@ def evaluate(
     kafka_conf: dict[str, Any],
     cursor: str | None = None,
 ) -> dg.SensorResult:
-    sensor = defs.get_sensor_def("call_events_stream_supervisor")
+    sensor = defs.resolve_sensor_def("call_events_stream_supervisor")
     context = dg.build_sensor_context(
         instance=instance,
         cursor=cursor,
