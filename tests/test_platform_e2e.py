@@ -8,6 +8,7 @@ the UI -> partitions closed -> Ctrl-C leaves no process behind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -124,9 +125,16 @@ def stack(kafka_conf: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
     try:
         yield stack
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        if process.poll() is None:  # a test failed before the Ctrl-C test: leave nothing behind
+            children = psutil.Process(process.pid).children(recursive=True)
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                process.kill()
+            for child in children:
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
         delete_topic(kafka_conf, CALL_EVENTS.topic)
 
 
