@@ -11,13 +11,10 @@ from collections.abc import Callable
 from tidelake.platform.dagster_web import DagsterWeb, wait_for
 from tidelake.platform.flow_assets import quarantine_key, table_key, topic_key
 from tidelake.platform.stream_jobs import stream_job_name
+from tidelake.platform.stream_sensors import supervisor_sensor_name
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.stream_status import table_progress
-
-
-def supervisor_sensor_name(flow: FlowSpec) -> str:
-    return f"{flow.name}_stream_supervisor"
 
 
 def check_dev(

@@ -10,7 +10,7 @@ import dagster as dg
 
 from tidelake.platform.flow_assets import LAG_BELOW_THRESHOLD, STREAM_ALIVE, table_key
 from tidelake.platform.resources import KafkaResource
-from tidelake.platform.stream_health import measure_health, recent_runs
+from tidelake.platform.stream_health import measure_health, recent_runs, stream_restarts
 from tidelake.platform.stream_jobs import stream_job_name
 from tidelake.platform.supervisor import SupervisorPolicy
 from tidelake.streaming.flow_spec import FlowSpec
@@ -44,10 +44,9 @@ def build_stream_checks(
     ) -> Iterator[dg.AssetCheckResult]:
         job = stream_job_name(flow)
         instance = context.instance
-        restarts = max(0, instance.get_runs_count(dg.RunsFilter(job_name=job)) - 1)
-        health = measure_health(
-            flow, checkpoint, kafka.client_config(), recent_runs(instance, job), restarts, policy
-        )
+        runs = recent_runs(instance, job)
+        restarts = stream_restarts(instance, job)
+        health = measure_health(flow, checkpoint, kafka.client_config(), runs, restarts, policy)
         yield from health.check_results()
 
     return stream_health

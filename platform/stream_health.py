@@ -159,6 +159,11 @@ def recent_runs(instance: dg.DagsterInstance, job_name: str) -> list[RunView]:
     ]
 
 
+def stream_restarts(instance: dg.DagsterInstance, job_name: str) -> int:
+    """Runs of the stream job after its first one."""
+    return max(0, instance.get_runs_count(dg.RunsFilter(job_name=job_name)) - 1)
+
+
 def measure_health(
     flow: FlowSpec,
     checkpoint: str,
@@ -174,7 +179,8 @@ def measure_health(
     lag: StreamLag | None = None
     error: str | None = None
     try:
-        lag = stream_lag(kafka_ends(kafka_conf, flow.topic, KAFKA_PROBE_TIMEOUT_S), committed)
+        ends = kafka_ends(kafka_conf, flow.topic, KAFKA_PROBE_TIMEOUT_S)
+        lag = stream_lag(ends, committed.offsets if committed is not None else {})
     except (KafkaSourceError, KafkaException) as exc:
         error = str(exc)
     return StreamHealth(flow, decide(runs, now, policy), committed, lag, error, restarts, now)

@@ -22,7 +22,7 @@ from tidelake.streaming.kafka_offsets import KafkaSourceError, from_json_offsets
 from tidelake.streaming.runner import graceful_stop_signals
 from tidelake.streaming.session import prepare_environment, prepare_session
 from tidelake.streaming.settings import EngineSettings
-from tidelake.streaming.stream_status import kafka_ends
+from tidelake.streaming.stream_status import kafka_ends, stream_lag
 
 
 class StreamRunConfig(dg.Config):
@@ -35,7 +35,11 @@ class StreamRunConfig(dg.Config):
         default=None, description='processing-time trigger, e.g. "5 seconds"'
     )
     progress_interval_s: float = Field(
-        default=30.0, gt=0, description="seconds between progress reports"
+        default=30.0,
+        gt=0,
+        le=120,
+        description="seconds between progress reports; they are the run's heartbeat, and the "
+        "supervisor replaces a run silent for 300 s",
     )
 
 
@@ -149,10 +153,13 @@ class ProgressReporter:
         sources = progress.get("sources") or []
         if not sources or not sources[0].get("endOffset"):
             return None
-        done = from_json_offsets(sources[0]["endOffset"])
+        topic = self._flow.topic
+        done = {
+            p: o for (t, p), o in from_json_offsets(sources[0]["endOffset"]).items() if t == topic
+        }
         try:
-            ends = kafka_ends(self._kafka_conf, self._flow.topic)
+            ends = kafka_ends(self._kafka_conf, topic)
         except KafkaSourceError as exc:
             self._context.log.warning(f"lag unknown: {exc}")
             return None
-        return sum(max(0, end - done.get((self._flow.topic, p), 0)) for p, end in ends.items())
+        return stream_lag(ends, done).total

@@ -17,7 +17,7 @@ import dagster as dg
 
 from tidelake.platform.flow_assets import STREAM_TAG, table_key
 from tidelake.platform.resources import KafkaResource
-from tidelake.platform.stream_health import measure_health, recent_runs
+from tidelake.platform.stream_health import measure_health, recent_runs, stream_restarts
 from tidelake.platform.supervisor import RunState, RunView, SupervisorPolicy
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.settings import ConfigError, EngineSettings
@@ -42,6 +42,10 @@ class SupervisorCursor:
         return json.dumps(self.__dict__)
 
 
+def supervisor_sensor_name(flow: FlowSpec) -> str:
+    return f"{flow.name}_stream_supervisor"
+
+
 def build_supervisor_sensor(
     flow: FlowSpec,
     job: dg.JobDefinition,
@@ -53,7 +57,7 @@ def build_supervisor_sensor(
     table_uri = str(settings.table_path(flow.table))
 
     @dg.sensor(
-        name=f"{flow.name}_stream_supervisor",
+        name=supervisor_sensor_name(flow),
         job=job,
         minimum_interval_seconds=interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,
@@ -69,19 +73,18 @@ def build_supervisor_sensor(
             conf = kafka.client_config()
         except ConfigError as exc:
             return dg.SensorResult(skip_reason=f"Kafka is not configured: {exc}")
-        restarts = max(0, instance.get_runs_count(dg.RunsFilter(job_name=job.name)) - 1)
+        restarts = stream_restarts(instance, job.name)
         health = measure_health(flow, checkpoint, conf, runs, restarts, policy, now)
         cursor = SupervisorCursor.parse(context.cursor)
         events: list[dg.AssetMaterialization | dg.AssetObservation | dg.AssetCheckEvaluation]
         events = [health.observation(), *health.check_evaluations()]
         events += _close_partitions(flow, table_uri, cursor)
         decision = health.decision
+        context.log.info(decision.reason)
         if not decision.launch:
-            context.log.info(decision.reason)
             return dg.SensorResult(
                 skip_reason=decision.reason, cursor=cursor.dump(), asset_events=events
             )
-        context.log.info(decision.reason)
         request = dg.RunRequest(
             run_key=f"{flow.name}-{uuid.uuid4().hex[:12]}",
             tags={STREAM_TAG: flow.name, "tidelake/supervisor_reason": decision.reason[:200]},

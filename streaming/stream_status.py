@@ -8,6 +8,7 @@ per-file statistics (no data file is read).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -83,13 +84,12 @@ def kafka_ends(kafka_conf: dict[str, str], topic: str, timeout_s: float = 5.0) -
     return {p: o for (_, p), o in ends.items()}
 
 
-def stream_lag(ends: dict[int, int], committed: CommittedBatch | None) -> StreamLag:
-    """Kafka end offsets minus the checkpoint's committed offsets (all of a partition if none).
+def stream_lag(ends: Mapping[int, int], done: Mapping[int, int]) -> StreamLag:
+    """Kafka end offsets minus the stream's offsets (a whole partition if it has none).
 
     Before the first commit the whole topic counts as lag, which slightly overstates it when
     retention has deleted the start of a partition.
     """
-    done = committed.offsets if committed is not None else {}
     return StreamLag({p: max(0, end - done.get(p, 0)) for p, end in sorted(ends.items())})
 
 

@@ -44,9 +44,9 @@ def test_committed_batch_is_the_newest_with_a_commit_file(tmp_path: Path) -> Non
 
 
 def test_lag_counts_whole_partitions_before_the_first_commit(tmp_path: Path) -> None:
-    assert stream_lag({0: 10, 1: 4}, None).total == 14
+    assert stream_lag({0: 10, 1: 4}, {}).total == 14
     _write_batch(tmp_path, 3, '{"t":{"0":8}}', committed=True)
-    lag = stream_lag({0: 10, 1: 4}, committed_batch(tmp_path, "t"))
+    lag = stream_lag({0: 10, 1: 4}, committed_batch(tmp_path, "t").offsets)
     assert lag.by_partition == {0: 2, 1: 4} and lag.total == 6
 
 
@@ -92,9 +92,9 @@ def test_status_of_a_real_stream(
     batch = committed_batch(stream.checkpoint, flow.topic)
     ends = kafka_ends(kafka_conf, flow.topic)
     assert batch is not None and batch.offsets == ends and sum(ends.values()) == 200
-    assert stream_lag(ends, batch).total == 0
+    assert stream_lag(ends, batch.offsets).total == 0
     produce_demo_events(flow, kafka_conf, count=25, progress=False, seed=4)
-    assert stream_lag(kafka_ends(kafka_conf, flow.topic), batch).total == 25
+    assert stream_lag(kafka_ends(kafka_conf, flow.topic), batch.offsets).total == 25
 
     progress = table_progress(stream.table_uri, flow)
     assert progress is not None and progress.rows_by_date == report.by_date
