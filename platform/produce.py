@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -31,6 +31,8 @@ _HOUR_MS = 3_600_000
 _POLL_EVERY = 1_000  # messages between poll(0) calls and progress-bar updates
 UNDECODABLE = "undecodable"
 """Kind of poison message whose bytes are not protobuf at all."""
+TOO_LATE = "too_late"
+"""Kind of poison: a valid event that arrives after its date closed."""
 
 
 class ProduceError(RuntimeError):
@@ -116,7 +118,9 @@ def produce_demo_events(
         raise ValueError(f"flow {flow.name} declares no demo_event factory to produce from")
     require_topic(conf, flow.topic)
 
-    generator = _DemoMessages(flow, random.Random(seed), malformed_share, late_share, days)
+    generator = _DemoMessages(
+        flow, random.Random(seed), malformed_share, late_share, days, planned=total
+    )
     delivery = _DeliveryTracker()
     config = producer_config(conf)
     config.setdefault("error_cb", delivery.on_client_error)
@@ -149,8 +153,8 @@ def produce_demo_events(
                     break
             if rate is not None:
                 _wait_until(producer, started + produced / rate)
-            key, value, good_key = generator.next_message()
-            _produce(producer, flow.topic, key, value)
+            key, value, good_key, arrival_ms = generator.next_message()
+            _produce(producer, flow.topic, key, value, arrival_ms)
             produced += 1
             if keys is not None and good_key is not None:
                 keys.append(good_key)
@@ -180,6 +184,7 @@ class _DemoMessages:
         malformed_share: float,
         late_share: float,
         days: int,
+        planned: int | None = None,
     ) -> None:
         assert flow.demo_event is not None
         self._flow = flow
@@ -188,6 +193,9 @@ class _DemoMessages:
         self._malformed_share = malformed_share
         self._late_share = late_share
         self._days = days
+        self._planned = planned
+        self._sent = 0
+        self._lateness_ms = flow.allowed_lateness // timedelta(milliseconds=1)
         self._validity = [
             (name, flow.message.DESCRIPTOR.fields_by_name[name].default_value)
             for name in flow.validity_fields
@@ -198,13 +206,21 @@ class _DemoMessages:
         self.good_by_day: Counter[int] = Counter()
         self.malformed_kinds: Counter[str] = Counter()
 
-    def next_message(self) -> tuple[bytes | None, bytes, str | None]:
-        """(Kafka key, value, key if the message is a good event else None)."""
+    def next_message(self) -> tuple[bytes | None, bytes, str | None, int]:
+        """(Kafka key, value, key if the message is a good event else None, Kafka timestamp).
+
+        The Kafka timestamp is the simulated arrival: the event time itself, or 1-3 hours after
+        it for late events. A late event that arrives after its date closed (end of date plus
+        the flow's allowed lateness) is counted as poison of kind "too_late", as the engine
+        quarantines it.
+        """
         rng = self._rng
+        arrival_ms = self._arrival()
+        self._sent += 1
         if rng.random() < self._malformed_share:
-            return self._poison()
+            return (*self._poison(arrival_ms), arrival_ms)
         late = rng.random() < self._late_share
-        event_time_ms = self._late_time() if late else self._event_time()
+        event_time_ms = arrival_ms - rng.randint(_HOUR_MS, 3 * _HOUR_MS) if late else arrival_ms
         event = self._make_event(rng, event_time_ms)
         for name, default in self._validity:
             if getattr(event, name) == default:
@@ -212,10 +228,14 @@ class _DemoMessages:
                     f"demo_event of flow {self._flow.name} made an event without {name!r}"
                 )
         key = str(getattr(event, self._flow.key_field))
+        closes_ms = (event_time_ms // _DAY_MS + 1) * _DAY_MS + self._lateness_ms
+        if arrival_ms > closes_ms:
+            self.malformed_kinds[TOO_LATE] += 1
+            return key.encode(), event.SerializeToString(), None, arrival_ms
         self.good += 1
         self.late += late
         self.good_by_day[event_time_ms // _DAY_MS] += 1
-        return key.encode(), event.SerializeToString(), key
+        return key.encode(), event.SerializeToString(), key, arrival_ms
 
     def report(
         self, topic: str, produced: int, elapsed_s: float, keys: list[str] | None
@@ -236,27 +256,25 @@ class _DemoMessages:
             keys=keys,
         )
 
-    def _event_time(self) -> int:
+    def _arrival(self) -> int:
+        """Now; with `days` > 1 a moment of the last `days` UTC dates, in order if the count is
+        known (a replay of history, as Kafka would have stored it), else at random."""
         now_ms = time.time_ns() // 1_000_000
         if self._days == 1:
             return now_ms
-        rng = self._rng
-        days_back = rng.randrange(self._days)
-        today_ms = now_ms - now_ms % _DAY_MS
-        day_start = today_ms - days_back * _DAY_MS
-        day_length = _DAY_MS if days_back else now_ms - today_ms + 1  # today: not in the future
-        return day_start + int(rng.random() * day_length)
+        span_start = now_ms - now_ms % _DAY_MS - (self._days - 1) * _DAY_MS
+        share = self._rng.random()
+        if self._planned:
+            share = (self._sent + share) / self._planned
+        return span_start + int(share * (now_ms - span_start))
 
-    def _late_time(self) -> int:
-        return time.time_ns() // 1_000_000 - self._rng.randint(_HOUR_MS, 3 * _HOUR_MS)
-
-    def _poison(self) -> tuple[bytes | None, bytes, None]:
+    def _poison(self, arrival_ms: int) -> tuple[bytes | None, bytes, None]:
         rng = self._rng
         if rng.random() < 0.5:
             self.malformed_kinds[UNDECODABLE] += 1
             return None, self._undecodable(), None
         missing = rng.randrange(len(self._validity))
-        event = self._make_event(rng, self._event_time())
+        event = self._make_event(rng, arrival_ms)
         event.ClearField(self._validity[missing][0])
         self.malformed_kinds[self._missing_kinds[missing]] += 1
         key = getattr(event, self._flow.key_field)
@@ -309,10 +327,12 @@ class _DeliveryTracker:
             )
 
 
-def _produce(producer: Producer, topic: str, key: bytes | None, value: bytes) -> None:
+def _produce(
+    producer: Producer, topic: str, key: bytes | None, value: bytes, timestamp_ms: int
+) -> None:
     while True:
         try:
-            producer.produce(topic, value, key)
+            producer.produce(topic, value, key, timestamp=timestamp_ms)
             return
         except BufferError:  # local queue full: serve delivery reports until there is room
             producer.poll(0.05)

@@ -19,6 +19,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import cached_property
 from operator import attrgetter
 from typing import Any, Protocol
@@ -91,6 +92,8 @@ class ProtobufDecoder:
     event_time_unit: str
     validity_fields: tuple[str, ...]
     partition_column: str
+    allowed_lateness_us: int
+    max_clock_skew_us: int
 
     @classmethod
     def for_flow(cls, flow: FlowSpec) -> ProtobufDecoder:
@@ -101,6 +104,8 @@ class ProtobufDecoder:
             event_time_unit=flow.event_time_unit,
             validity_fields=flow.validity_fields,
             partition_column=flow.partition_column,
+            allowed_lateness_us=flow.allowed_lateness // timedelta(microseconds=1),
+            max_clock_skew_us=flow.max_clock_skew // timedelta(microseconds=1),
         )
 
     def to_json(self) -> str:
@@ -248,6 +253,7 @@ class ProtobufDecoder:
             for i in np.flatnonzero(missing.to_numpy(zero_copy_only=False)):
                 errors.setdefault(int(i), f"missing {name}")
 
+        self._check_arrival(event_us, np.where(kafka_ms >= 0, kafka_us, -1), errors)
         bad_mask = np.zeros(n, dtype=bool)
         if errors:
             bad_mask[list(errors)] = True
@@ -274,6 +280,24 @@ class ProtobufDecoder:
         else:
             arrays += [pa.nulls(n, pa.string()), pa.nulls(n, pa.binary()), pa.nulls(n, pa.binary())]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _check_arrival(
+        self, event_us: np.ndarray, kafka_us: np.ndarray, errors: dict[int, str]
+    ) -> None:
+        """Quarantine records whose arrival (Kafka timestamp) does not fit their event time.
+
+        Too late: after the end of the event's UTC date plus the allowed lateness, when the
+        date's partition is closed. Ahead: more than max_clock_skew before the event time. Both
+        rules bound where a date's records can sit in Kafka, which is what lets a backfill read
+        one date's time window and rebuild exactly what the stream wrote.
+        """
+        known = (event_us > 0) & (kafka_us >= 0)  # -1: the record carries no timestamp
+        closes_us = (event_us // _US_PER_DAY + 1) * _US_PER_DAY + self.allowed_lateness_us
+        for i in np.flatnonzero(known & (kafka_us > closes_us)):
+            day = np.datetime64(int(event_us[i] // _US_PER_DAY), "D")
+            errors.setdefault(int(i), f"too late: arrived after {day} closed")
+        for i in np.flatnonzero(known & (event_us > kafka_us + self.max_clock_skew_us)):
+            errors.setdefault(int(i), f"{self.event_time_field} ahead of the Kafka timestamp")
 
     @cached_property
     def _field_index(self) -> dict[str, int]:

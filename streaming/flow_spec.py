@@ -55,6 +55,10 @@ class FlowSpec:
     required_fields: tuple[str, ...] = ()
     topic_partitions: int = 4
     allowed_lateness: timedelta = timedelta(hours=2)
+    """How long after the end of a UTC date its events are still accepted (by Kafka timestamp);
+    later ones go to quarantine, so a closed date never changes."""
+    max_clock_skew: timedelta = timedelta(hours=1)
+    """How far an event time may lie ahead of its Kafka timestamp before it is quarantined."""
     partition_column: str = "date"
     first_date: date = date(2026, 1, 1)
     """First UTC date of the table's daily partitions (backfills start no earlier)."""
@@ -92,6 +96,10 @@ class FlowSpec:
             )
         if self.event_time_unit not in ("s", "ms", "us"):
             raise FlowSpecError(f"flow {self.name}: event_time_unit must be s, ms or us")
+        if self.allowed_lateness < timedelta(0) or self.max_clock_skew < timedelta(0):
+            raise FlowSpecError(
+                f"flow {self.name}: allowed_lateness and max_clock_skew must be >= 0"
+            )
         if self.max_lag < 0:
             raise FlowSpecError(f"flow {self.name}: max_lag must be >= 0")
         if self.topic_partitions < 1:

@@ -28,9 +28,9 @@ from tidelake.streaming.flows import CALL_EVENTS
 
 UTC_US = pa.timestamp("us", tz="UTC")
 EVENT_MS = 1_717_243_200_123  # 2024-06-01T12:00:00.123Z
-KAFKA_MS = 1_718_452_800_000  # 2024-06-15T12:00:00Z, a different day on purpose
+KAFKA_MS = 1_717_287_600_000  # 2024-06-02T00:20:00Z: the next day, within the lateness
 EVENT_DAY = date(2024, 6, 1)
-KAFKA_DAY = date(2024, 6, 15)
+KAFKA_DAY = date(2024, 6, 2)
 
 
 @dataclass
@@ -155,7 +155,7 @@ def test_call_events_decode_to_typed_columns(calls):
     after_us = time.time_ns() // 1000
     rows = batch.to_pylist()
     event_time = datetime(2024, 6, 1, 12, 0, 0, 123_000, tzinfo=UTC)
-    kafka_time = datetime(2024, 6, 15, 12, tzinfo=UTC)
+    kafka_time = datetime(2024, 6, 2, 0, 20, tzinfo=UTC)
     for row in rows:
         ingest_us = int(row.pop("ingest_time").timestamp() * 1_000_000)
         assert before_us - 1000 <= ingest_us <= after_us + 1000
@@ -359,7 +359,7 @@ class R:
     def key(self): return b"k"
     def value(self): return self.v
     def offset(self): return 5
-    def timestamp(self): return (1, 0)
+    def timestamp(self): return (0, -1)
 decoder = ProtobufDecoder.from_json(doc["decoder"])
 batch = decoder.decode("t", 0, [R(base64.b64decode(doc["value"]))])
 print(json.dumps(batch.select(["view_id", "device", "_error"]).to_pylist()))
@@ -431,3 +431,23 @@ def test_the_columns_the_decoder_adds_are_the_reserved_engine_columns(flow):
         f.name for f in flow.message.DESCRIPTOR.fields
     }
     assert added == {flow.partition_column, *ENGINE_COLUMNS}
+
+
+@pytest.mark.parametrize(
+    ("arrival", "error"),
+    [
+        (datetime(2024, 6, 2, 1, 59, tzinfo=UTC), None),  # June 1 closes at 02:00 on June 2
+        (
+            datetime(2024, 6, 2, 2, 0, 0, 1000, tzinfo=UTC),
+            "too late: arrived after 2024-06-01 closed",
+        ),
+        (datetime(2024, 6, 1, 11, 0, 1, tzinfo=UTC), None),  # event time 59 min ahead: skew
+        (datetime(2024, 6, 1, 10, 59, tzinfo=UTC), "event_time ahead of the Kafka timestamp"),
+    ],
+)
+def test_arrival_outside_the_dates_window_is_quarantined(
+    calls: ProtobufDecoder, arrival: datetime, error: str | None
+) -> None:
+    record = FakeRecord(call(), timestamp_ms=int(arrival.timestamp() * 1000))
+    (row,) = calls.decode("call-events", 0, [record]).to_pylist()
+    assert row["_error"] == error
