@@ -181,3 +181,43 @@ def commit_files(
         table.update_incremental()
         return CommitResult(table_uri, table.version(), len(files), rows, skipped=False)
     raise AssertionError("unreachable")
+
+
+def replace_partitions(
+    table_uri: str,
+    files: Sequence[DataFile],
+    *,
+    schema: pa.Schema,
+    partition_column: str,
+    values: Sequence[str],
+    read_version: int,
+) -> CommitResult:
+    """Replace partitions `values` with `files` in one commit, as of snapshot read_version.
+
+    delta-rs removes the partitions' files of that snapshot, so files that other writers (the
+    live stream) appended since then survive the commit: a backfill that read everything the
+    stream had committed at read_version replaces exactly that.
+    """
+    validate_files(table_uri, files, [partition_column])
+    wrong = {f.partition_values.get(partition_column) for f in files} - set(values)
+    if wrong:
+        raise DeltaCommitError(f"{table_uri}: files outside the replaced partitions: {wrong}")
+    table = DeltaTable(table_uri, version=read_version)
+    actions = [
+        AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats)
+        for f in files
+    ]
+    table.create_write_transaction(
+        actions,
+        "overwrite",
+        schema,
+        [partition_column],
+        partition_filters=[(partition_column, "in", list(values))],
+        commit_properties=CommitProperties(
+            custom_metadata={"tidelake.replaced": ",".join(values), "tidelake.read": read_version}
+        ),
+    )
+    latest = DeltaTable(table_uri)
+    return CommitResult(
+        table_uri, latest.version(), len(files), sum(f.num_records for f in files), skipped=False
+    )

@@ -8,6 +8,10 @@ With `quarantine.path`, rows whose `quarantine.when` column is not null go to a 
 Options: path (required), partitionBy, quarantine.path, quarantine.when (default "_error"),
 quarantine.columns (default: the decoder's Kafka metadata, error and raw bytes),
 compression (default zstd). Columns whose names start with "_" never reach the main table.
+
+Batch writes (`df.write...mode("overwrite")`) replace whole partitions in one commit:
+replacePartitions (comma-separated values of the one partitionBy column) and readVersion (the
+snapshot whose files of those partitions are replaced; see delta_commit.replace_partitions).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
     DataSourceStreamWriter,
     WriterCommitMessage,
@@ -40,6 +45,8 @@ _OPTIONS = {
     "quarantine.when",
     "quarantine.columns",
     "compression",
+    "replacepartitions",  # batch writes only
+    "readversion",
     "checkpointlocation",  # passed through by Spark
     "queryname",
 }
@@ -128,6 +135,24 @@ class DeltaSinkDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         return DeltaStreamWriter(SinkPlan.from_options(dict(self.options), schema))
 
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        """Batch writes replace partitions: mode("overwrite") with replacePartitions and
+        readVersion (the snapshot whose files of those partitions are replaced)."""
+        opts = {k.lower(): v for k, v in self.options.items()}
+        plan = SinkPlan.from_options(dict(self.options), schema)
+        if not overwrite:
+            raise DeltaSinkOptionError('batch writes replace partitions: use mode("overwrite")')
+        if len(plan.main.partition_by) != 1:
+            raise DeltaSinkOptionError("option 'partitionBy' must name one column for a replace")
+        values = [v.strip() for v in opts.get("replacepartitions", "").split(",") if v.strip()]
+        if not values:
+            raise DeltaSinkOptionError("option 'replacePartitions' is required (a,b,...)")
+        try:
+            read_version = int(opts["readversion"])
+        except (KeyError, ValueError):
+            raise DeltaSinkOptionError("option 'readVersion' must be a table version") from None
+        return DeltaReplaceWriter(plan, values, read_version)
+
 
 class DeltaStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, plan: SinkPlan):
@@ -138,26 +163,8 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId") or -1)
         query_id = ctx.getLocalProperty("sql.streaming.queryId") or "unknown-query"
         prefix = f"part-{batch_id:06d}-{ctx.partitionId():04d}-{ctx.attemptNumber()}"
-        plan = self.plan
-        main = _writer(plan.main, prefix, plan.compression)
-        quarantine = _writer(plan.quarantine, prefix, plan.compression) if plan.quarantine else None
-        try:
-            for batch in iterator:
-                table = pa.Table.from_batches([batch])
-                errors = table[plan.route_column] if quarantine is not None else None
-                if errors is not None and errors.null_count < table.num_rows:
-                    routed = pc.is_valid(errors)
-                    quarantine.write(_project(table.filter(routed), plan.quarantine))
-                    table = table.filter(pc.invert(routed))
-                main.write(_project(table, plan.main))
-            return DeltaCommitMessage(
-                query_id, batch_id, main.close(), quarantine.close() if quarantine else []
-            )
-        except BaseException:
-            main.abort()
-            if quarantine is not None:
-                quarantine.abort()
-            raise
+        main, quarantine = _write_task(self.plan, iterator, prefix)
+        return DeltaCommitMessage(query_id, batch_id, main, quarantine)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         from tidelake.streaming.delta_commit import commit_files  # driver only: see module doc
@@ -184,6 +191,61 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Uncommitted files are invisible to readers; vacuum removes them later."""
         log.warning("batch %s aborted; its written files stay uncommitted", batchId)
+
+
+class DeltaReplaceWriter(DataSourceArrowWriter):
+    """Executors write files; the driver replaces the partitions with them in one commit."""
+
+    def __init__(self, plan: SinkPlan, values: list[str], read_version: int):
+        self.plan = plan
+        self.values = values
+        self.read_version = read_version
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
+        ctx = TaskContext.get()
+        prefix = f"replace-v{self.read_version}-{ctx.partitionId():04d}-{ctx.attemptNumber()}"
+        main, _ = _write_task(self.plan, iterator, prefix)
+        return DeltaCommitMessage("replace", self.read_version, main, [])
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        from tidelake.streaming.delta_commit import replace_partitions  # driver only
+
+        files = [f for m in messages if isinstance(m, DeltaCommitMessage) for f in m.main_files]
+        result = replace_partitions(
+            self.plan.main.uri,
+            files,
+            schema=self.plan.main.schema,
+            partition_column=self.plan.main.partition_by[0],
+            values=self.values,
+            read_version=self.read_version,
+        )
+        log.info("replaced %s of %s: %s", self.values, self.plan.main.uri, result)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        log.warning("replace of %s aborted; its files stay uncommitted", self.values)
+
+
+def _write_task(
+    plan: SinkPlan, iterator: Iterator[pa.RecordBatch], prefix: str
+) -> tuple[list[DataFile], list[DataFile]]:
+    """One task's rows as files of the main table and the quarantine (routed by plan)."""
+    main = _writer(plan.main, prefix, plan.compression)
+    quarantine = _writer(plan.quarantine, prefix, plan.compression) if plan.quarantine else None
+    try:
+        for batch in iterator:
+            table = pa.Table.from_batches([batch])
+            errors = table[plan.route_column] if quarantine is not None else None
+            if errors is not None and errors.null_count < table.num_rows:
+                routed = pc.is_valid(errors)
+                quarantine.write(_project(table.filter(routed), plan.quarantine))
+                table = table.filter(pc.invert(routed))
+            main.write(_project(table, plan.main))
+        return main.close(), quarantine.close() if quarantine else []
+    except BaseException:
+        main.abort()
+        if quarantine is not None:
+            quarantine.abort()
+        raise
 
 
 def _writer(layout: TableLayout, prefix: str, compression: str) -> PartitionedParquetWriter:

@@ -51,15 +51,11 @@ class FlowStream:
         require_topic(self.kafka_conf, self.flow.topic)
 
     def source_options(self) -> dict[str, str]:
-        options = {f"kafka.{k}": v for k, v in self.kafka_conf.items()}
+        options = flow_source_options(self.flow, self.kafka_conf)
         options.update(
-            subscribe=self.flow.topic,
             startingOffsets="earliest",
             maxOffsetsPerTrigger=str(self.settings.max_offsets_per_trigger),
-            failOnDataLoss="true",
-            groupIdPrefix=f"tidelake-{self.flow.name}",
         )
-        options["tidelake.decoder"] = ProtobufDecoder.for_flow(self.flow).to_json()
         return options
 
     def sink_options(self) -> dict[str, str]:
@@ -93,6 +89,18 @@ class FlowStream:
         else:
             writer = writer.trigger(processingTime=self.settings.trigger_interval)
         return writer.start()
+
+
+def flow_source_options(flow: FlowSpec, kafka_conf: Mapping[str, str]) -> dict[str, str]:
+    """Options of `format("tidelake-kafka")` that read and decode a flow's topic."""
+    options = {f"kafka.{k}": v for k, v in kafka_conf.items()}
+    options.update(
+        subscribe=flow.topic,
+        failOnDataLoss="true",
+        groupIdPrefix=f"tidelake-{flow.name}",
+    )
+    options["tidelake.decoder"] = ProtobufDecoder.for_flow(flow).to_json()
+    return options
 
 
 ProgressHandler = Callable[[StreamingQuery, dict[str, Any] | None], None]

@@ -225,6 +225,57 @@ class PartitionEnds:
                 )
         return ends
 
+    def records_at(self, wanted: Offsets) -> dict[TopicPartitionKey, tuple[int, int] | None]:
+        """(offset, timestamp ms) of the first record at or after each wanted offset; None when
+        there is none (the offset is at or past the end)."""
+        found: dict[TopicPartitionKey, tuple[int, int] | None] = {}
+        pending = dict(wanted)
+        deadline = time.monotonic() + self._timeout_s
+        self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in pending.items()])
+        try:
+            while pending and time.monotonic() < deadline:
+                for msg in self._consumer.consume(num_messages=len(pending), timeout=0.05):
+                    tp = (msg.topic(), msg.partition())
+                    if tp not in pending:
+                        continue
+                    err = msg.error()
+                    if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                        found[tp] = None
+                    elif err is not None:
+                        raise KafkaSourceError(f"fetch from {tp[0]}/{tp[1]} failed: {err}")
+                    else:
+                        found[tp] = (msg.offset(), msg.timestamp()[1])
+                    del pending[tp]
+        finally:
+            self._consumer.unassign()
+        if pending:
+            raise KafkaSourceError(
+                f"no fetch response from {self._servers} within {self._timeout_s:.0f}s for "
+                + ", ".join(f"{t}/{p}" for t, p in sorted(pending))
+            )
+        return found
+
+    def offsets_for_time(
+        self, bounds: Mapping[TopicPartitionKey, tuple[int, int]], ts_ms: int
+    ) -> Offsets:
+        """First offset in [low, high) whose record's timestamp is >= ts_ms (high if none).
+
+        A binary search over the records themselves, all partitions in lockstep: Kafka's own
+        ListOffsets-by-time is wrong on the embedded broker (it compares arrival times), and one
+        fetch per step is exact on any broker. Assumes timestamps that do not decrease along a
+        partition, which holds for broker append time and, within clock skew, for producers'.
+        """
+        lo = {tp: low for tp, (low, _) in bounds.items()}
+        hi = {tp: high for tp, (_, high) in bounds.items()}
+        while any(lo[tp] < hi[tp] for tp in lo):
+            mids = {tp: (lo[tp] + hi[tp]) // 2 for tp in lo if lo[tp] < hi[tp]}
+            for tp, record in self.records_at(mids).items():
+                if record is None or record[1] >= ts_ms:
+                    hi[tp] = mids[tp]
+                else:
+                    lo[tp] = record[0] + 1
+        return lo
+
 
 class _Reassign(Exception):
     pass

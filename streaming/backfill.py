@@ -1,0 +1,199 @@
+"""Rebuild date partitions of a flow's table from Kafka, in one atomic Delta commit.
+
+Where date D can be in Kafka: the engine quarantines records that arrive after D closed (end of
+D plus allowed lateness) or more than max_clock_skew before their event time, so every accepted
+record of D has a Kafka timestamp in [start(D) - skew, end(D) + lateness]. A binary search over
+record timestamps (exact on any broker; the embedded broker's time lookup is not) turns that
+window into offsets per partition.
+
+Semantics while the stream runs: the backfill reads a snapshot V of the table, takes the
+stream's committed position E at V (its Delta app transaction names the checkpoint batch whose
+offsets are E), reads the window up to E, and replaces the dates' files of snapshot V. Records
+after E are the stream's to append, and its appends committed after V survive the replace. So
+every accepted record of D is in the table once, and a rerun yields the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from tidelake.streaming.flow_spec import FlowSpec
+from tidelake.streaming.flow_stream import flow_source_options
+from tidelake.streaming.kafka_offsets import (
+    Offsets,
+    PartitionEnds,
+    from_json_offsets,
+    to_json_offsets,
+)
+from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.stream_status import table_progress
+
+log = logging.getLogger(__name__)
+_DAY = timedelta(days=1)
+
+
+class BackfillError(RuntimeError):
+    """The backfill cannot run; the message says why and what to do."""
+
+
+class OutsideRetentionError(BackfillError):
+    """Kafka no longer holds all records of the requested dates."""
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    flow: FlowSpec
+    dates: tuple[str, ...]
+    read_version: int
+    start: Offsets
+    end: Offsets
+    stream_position: Offsets
+    window: tuple[datetime, datetime]
+
+    @property
+    def records(self) -> int:
+        return sum(self.end[tp] - self.start[tp] for tp in self.end)
+
+
+@dataclass(frozen=True)
+class BackfillResult:
+    plan: BackfillPlan
+    rows_by_date: dict[str, int]
+    table_version: int
+    seconds: float
+
+    @property
+    def rows(self) -> int:
+        return sum(self.rows_by_date.values())
+
+
+def date_window(flow: FlowSpec, dates: list[str] | tuple[str, ...]) -> tuple[datetime, datetime]:
+    """Kafka timestamps that accepted records of these dates can carry."""
+    first = datetime.combine(date.fromisoformat(min(dates)), datetime.min.time(), UTC)
+    last = datetime.combine(date.fromisoformat(max(dates)), datetime.min.time(), UTC) + _DAY
+    return first - flow.max_clock_skew, last + flow.allowed_lateness
+
+
+def plan_backfill(
+    flow: FlowSpec,
+    dates: list[str] | tuple[str, ...],
+    settings: EngineSettings,
+    kafka_conf: dict[str, str],
+    timeout_s: float = 30.0,
+) -> BackfillPlan:
+    """Offsets to read for `dates`, bounded by the stream's committed position."""
+    if not dates:
+        raise BackfillError("no dates to backfill")
+    version, position = stream_position(flow, settings)
+    window = date_window(flow, dates)
+    start_ms, end_ms = (int(t.timestamp() * 1000) for t in window)
+    probe = PartitionEnds(kafka_conf, f"tidelake-{flow.name}-backfill", timeout_s)
+    try:
+        partitions = probe.partitions([flow.topic])
+        low = probe.earliest(partitions)
+        _check_retention(flow, probe, low, start_ms)
+        bounds = {tp: (low[tp], max(low[tp], position.get(tp, low[tp]))) for tp in partitions}
+        start = probe.offsets_for_time(bounds, start_ms)
+        end = probe.offsets_for_time(bounds, end_ms + 1)
+    finally:
+        probe.close()
+    return BackfillPlan(flow, tuple(sorted(dates)), version, start, end, position, window)
+
+
+def stream_position(flow: FlowSpec, settings: EngineSettings) -> tuple[int, Offsets]:
+    """(table version V, offsets the stream had committed at V) from the table and checkpoint."""
+    uri = str(settings.table_path(flow.table))
+    checkpoint = Path(settings.checkpoint_path(flow.name))
+    try:
+        table = DeltaTable(uri)
+    except TableNotFoundError:
+        raise BackfillError(
+            f"table {uri} does not exist yet: start the {flow.name} stream, which creates it "
+            "and reads the topic from its earliest offset"
+        ) from None
+    try:
+        query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+    except (OSError, ValueError, KeyError):
+        raise BackfillError(
+            f"no stream checkpoint in {checkpoint}: a backfill rebuilds what the {flow.name} "
+            "stream has read, so start the stream first"
+        ) from None
+    batch = table.transaction_version(f"tidelake-{query_id}")
+    if batch is None:
+        raise BackfillError(f"the {flow.name} stream has not committed to {uri} yet")
+    lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+    offsets = from_json_offsets(lines[2])
+    return table.version(), {tp: o for tp, o in offsets.items() if tp[0] == flow.topic}
+
+
+def _check_retention(flow: FlowSpec, probe: PartitionEnds, low: Offsets, start_ms: int) -> None:
+    trimmed = {tp: o for tp, o in low.items() if o > 0}
+    firsts = [r[1] for r in probe.records_at(trimmed).values() if r] if trimmed else []
+    problem = retention_problem(flow, firsts, start_ms)
+    if problem:
+        raise OutsideRetentionError(problem)
+
+
+def retention_problem(flow: FlowSpec, first_kept_ms: list[int], start_ms: int) -> str | None:
+    """Why Kafka cannot serve a window starting at start_ms, given the timestamps of the first
+    records kept in partitions that retention has trimmed; None if it can."""
+    if not first_kept_ms or max(first_kept_ms) <= start_ms:
+        return None
+    first_kept = datetime.fromtimestamp(max(first_kept_ms) / 1000, UTC)
+    oldest = first_kept + flow.max_clock_skew
+    complete = oldest.date() + (_DAY if oldest.time() != datetime.min.time() else timedelta(0))
+    return (
+        f"Kafka topic {flow.topic!r} no longer holds every record of the requested dates "
+        f"(retention deleted records before {first_kept:%Y-%m-%d %H:%M} UTC); the earliest "
+        f"date still complete in Kafka is {complete.isoformat()}. The table was left as it is."
+    )
+
+
+def run_backfill(
+    spark: SparkSession, plan: BackfillPlan, settings: EngineSettings, kafka_conf: dict[str, str]
+) -> BackfillResult:
+    """Read the plan's offsets with the stream's decoder and replace the dates in one commit."""
+    flow = plan.flow
+    started = time.monotonic()
+    options = flow_source_options(flow, kafka_conf)
+    options.update(
+        startingOffsets=json.dumps(to_json_offsets(plan.start)),
+        endingOffsets=json.dumps(to_json_offsets(plan.end)),
+        minPartitions=str(spark.sparkContext.defaultParallelism),
+    )
+    rows = (
+        spark.read.format("tidelake-kafka")
+        .options(**options)
+        .load()
+        .where(F.col("_error").isNull() & F.col(flow.partition_column).isin(*plan.dates))
+    )
+    uri = str(settings.table_path(flow.table))
+    (
+        rows.write.format("tidelake-delta")
+        .mode("overwrite")
+        .options(
+            path=uri,
+            partitionBy=flow.partition_column,
+            replacePartitions=",".join(plan.dates),
+            readVersion=str(plan.read_version),
+        )
+        .save()
+    )
+    progress = table_progress(uri, flow)
+    assert progress is not None  # it existed when the plan was made
+    counts = {day: progress.rows_by_date.get(day, 0) for day in plan.dates}
+    seconds = time.monotonic() - started
+    log.info(
+        "backfilled %s of %s: %s rows in %.1fs", plan.dates, uri, sum(counts.values()), seconds
+    )
+    return BackfillResult(plan, counts, progress.version, seconds)

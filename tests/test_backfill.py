@@ -1,0 +1,226 @@
+"""Backfills from Kafka by date: same rows as the stream, idempotent, safe beside the stream."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections import Counter
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from lake_readers import delta_version, duckdb_query, read_delta
+
+from tidelake.platform.produce import produce_demo_events
+from tidelake.streaming.backfill import (
+    BackfillError,
+    date_window,
+    plan_backfill,
+    retention_problem,
+    run_backfill,
+)
+from tidelake.streaming.flow_stream import FlowStream, await_query
+from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.kafka_admin import ensure_topic
+from tidelake.streaming.kafka_offsets import PartitionEnds
+
+COMPARED = [
+    "call_sid",
+    "account_sid",
+    "duration",
+    "call_state",
+    "region",
+    "event_time",
+    "date",
+    "kafka_partition",
+    "kafka_offset",
+    "kafka_timestamp",
+]
+
+
+def day_rows(uri: str, day: str) -> pa.Table:
+    """One date's rows in a stable order, without the ingest time (it differs by design)."""
+    table = read_delta(uri).select(COMPARED)
+    table = table.filter(pc.equal(table["date"], date.fromisoformat(day)))
+    return table.sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
+
+
+@pytest.fixture
+def flow(kafka_conf: dict[str, Any], topic_name: str) -> Any:
+    flow = dataclasses.replace(CALL_EVENTS, topic=topic_name)
+    ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
+    return flow
+
+
+def stream_available_now(spark: Any, flow: Any, settings: Any, kafka_conf: Any) -> FlowStream:
+    stream = FlowStream(flow, settings, kafka_conf)
+    await_query(stream.start(spark, available_now=True), threading.Event())
+    return stream
+
+
+def test_window_spans_skew_before_and_lateness_after() -> None:
+    start, end = date_window(CALL_EVENTS, ["2026-11-20", "2026-11-19"])
+    assert start == datetime(2026, 11, 18, 23, tzinfo=UTC)
+    assert end == datetime(2026, 11, 21, 2, tzinfo=UTC)
+
+
+def test_retention_problem_names_the_earliest_complete_date() -> None:
+    start_ms = int(datetime(2026, 11, 18, 23, tzinfo=UTC).timestamp() * 1000)
+    kept = int(datetime(2026, 11, 19, 6, tzinfo=UTC).timestamp() * 1000)
+    problem = retention_problem(CALL_EVENTS, [kept, start_ms - 5], start_ms)
+    assert problem is not None
+    assert "earliest date still complete in Kafka is 2026-11-20" in problem
+    assert "left as it is" in problem
+    assert retention_problem(CALL_EVENTS, [start_ms], start_ms) is None
+    assert retention_problem(CALL_EVENTS, [], start_ms) is None
+
+
+@pytest.mark.integration
+def test_time_search_is_exact_on_the_embedded_broker(kafka_conf: dict[str, Any], flow: Any) -> None:
+    produce_demo_events(flow, kafka_conf, count=2000, days=3, seed=1, progress=False)
+    probe = PartitionEnds(kafka_conf, "test", 10)
+    try:
+        tps = probe.partitions([flow.topic])
+        ends = probe.latest({tp: -1 for tp in tps})
+        bounds = {tp: (0, ends[tp]) for tp in tps}
+        now_ms = int(time.time() * 1000)
+        for target in (0, now_ms - 36 * 3600_000, now_ms - 3600_000, now_ms + 1000):
+            found = probe.offsets_for_time(bounds, target)
+            for tp in tps:
+                stamps = [
+                    probe.records_at({tp: o})[tp][1]
+                    for o in (found[tp] - 1, found[tp])
+                    if 0 <= o < ends[tp]
+                ]
+                if found[tp] > 0:
+                    assert stamps[0] < target
+                if found[tp] < ends[tp]:
+                    assert stamps[-1] >= target
+    finally:
+        probe.close()
+
+
+@pytest.mark.integration
+def test_backfill_rebuilds_what_the_stream_wrote_and_is_idempotent(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
+) -> None:
+    report = produce_demo_events(
+        flow,
+        kafka_conf,
+        count=4000,
+        days=3,
+        late_share=0.15,
+        malformed_share=0.05,
+        seed=11,
+        progress=False,
+    )
+    stream = stream_available_now(spark, flow, engine_settings, kafka_conf)
+    day = sorted(report.by_date)[-2]  # yesterday: closed, with late arrivals from today
+    before = day_rows(stream.table_uri, day)
+    assert before.num_rows == report.by_date[day]
+    others = {d: day_rows(stream.table_uri, d) for d in report.by_date if d != day}
+
+    plan = plan_backfill(flow, [day], engine_settings, kafka_conf)
+    assert plan.records < sum(plan.stream_position.values())  # a window, not the whole topic
+    first = run_backfill(spark, plan, engine_settings, kafka_conf)
+    assert first.rows_by_date == {day: report.by_date[day]}
+    assert day_rows(stream.table_uri, day).equals(before)
+    for d, rows in others.items():
+        assert day_rows(stream.table_uri, d).equals(rows)
+
+    again = run_backfill(
+        spark, plan_backfill(flow, [day], engine_settings, kafka_conf), engine_settings, kafka_conf
+    )
+    assert again.table_version == first.table_version + 1
+    assert day_rows(stream.table_uri, day).equals(before)
+    assert duckdb_query(
+        f"select count(*), count(distinct call_sid) from delta_scan('{stream.table_uri}')"
+    ) == [(report.good, report.good)]
+
+
+@pytest.mark.integration
+def test_a_range_is_one_commit(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
+) -> None:
+    report = produce_demo_events(flow, kafka_conf, count=1500, days=3, seed=12, progress=False)
+    stream = stream_available_now(spark, flow, engine_settings, kafka_conf)
+    version = delta_version(stream.table_uri)
+    days = sorted(report.by_date)
+    result = run_backfill(
+        spark, plan_backfill(flow, days, engine_settings, kafka_conf), engine_settings, kafka_conf
+    )
+    assert result.table_version == version + 1
+    assert result.rows_by_date == report.by_date
+    table = read_delta(stream.table_uri)
+    assert (
+        sorted(table.column("call_sid").to_pylist())
+        == sorted(produce_keys := table.column("call_sid").unique().to_pylist())
+        and len(produce_keys) == report.good
+    )
+
+
+@pytest.mark.integration
+def test_backfill_while_the_stream_writes_into_the_same_day(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
+) -> None:
+    history = produce_demo_events(
+        flow, kafka_conf, count=2000, days=2, seed=13, progress=False, collect_keys=True
+    )
+    stream = FlowStream(flow, engine_settings, kafka_conf)
+    query = stream.start(spark)  # always-on, 0 s trigger
+    stop = threading.Event()
+    runner = threading.Thread(target=await_query, args=(query, stop), daemon=True)
+    runner.start()
+    live: list[Any] = []
+    producer = threading.Thread(
+        target=lambda: live.append(
+            produce_demo_events(
+                flow,
+                kafka_conf,
+                count=3000,
+                rate=1500,
+                late_share=0.2,
+                seed=14,
+                progress=False,
+                collect_keys=True,
+            )
+        )
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not query.lastProgress and time.monotonic() < deadline:
+            time.sleep(0.2)
+        producer.start()
+        time.sleep(0.5)
+        today = datetime.now(UTC).date().isoformat()
+        days = sorted({*history.by_date, today})
+        results = []
+        while producer.is_alive() or not results:  # backfills race the live appends
+            plan = plan_backfill(flow, days, engine_settings, kafka_conf)
+            results.append(run_backfill(spark, plan, engine_settings, kafka_conf))
+        producer.join()
+        expected = history.good + live[0].good
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and read_delta(stream.table_uri).num_rows < expected:
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+    keys = read_delta(stream.table_uri).column("call_sid").to_pylist()
+    assert len(results) >= 2
+    assert len(keys) == expected == len(set(keys))
+    assert set(keys) == set(history.keys) | set(live[0].keys)
+    dates = Counter(d.isoformat() for d in read_delta(stream.table_uri).column("date").to_pylist())
+    assert dates == Counter(history.by_date) + Counter(live[0].by_date)
+
+
+@pytest.mark.integration
+def test_backfill_before_the_stream_ran_is_refused(
+    kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
+) -> None:
+    with pytest.raises(BackfillError, match="start the call_events stream"):
+        plan_backfill(flow, ["2026-11-20"], engine_settings, kafka_conf)
+    assert timedelta(0) < flow.allowed_lateness
