@@ -1,0 +1,166 @@
+"""Compaction and vacuum on tables the stream wrote, read back with delta-rs and DuckDB."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable
+from lake_readers import duckdb_query, read_delta
+
+from tidelake.platform.produce import produce_demo_events
+from tidelake.streaming.flow_stream import FlowStream, await_query
+from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.kafka_admin import ensure_topic
+from tidelake.streaming.table_maintenance import compact_partition, vacuum_table
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def flow(kafka_conf: dict[str, Any], topic_name: str) -> Any:
+    flow = dataclasses.replace(CALL_EVENTS, topic=topic_name)
+    ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
+    return flow
+
+
+@pytest.fixture
+def small_batches(engine_settings: Any) -> Any:
+    return engine_settings.model_copy(update={"max_offsets_per_trigger": 150})
+
+
+def sorted_rows(uri: str) -> Any:
+    table = read_delta(uri).drop_columns(["ingest_time"])
+    return table.sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
+
+
+def test_compaction_shrinks_file_count_and_keeps_content(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, small_batches: Any
+) -> None:
+    report = produce_demo_events(
+        flow, kafka_conf, count=1500, late_share=0, seed=21, progress=False
+    )
+    stream = FlowStream(flow, small_batches, kafka_conf)
+    await_query(stream.start(spark, available_now=True), threading.Event())
+    (day,) = report.by_date
+    before = sorted_rows(stream.table_uri)
+    result = compact_partition(stream.table_uri, "date", day)
+    assert result.before.files >= 8 and result.after.files == 1
+    assert result.before.rows == result.after.rows == report.good
+    assert sorted_rows(stream.table_uri).equals(before)
+    assert duckdb_query(f"select count(*) from delta_scan('{stream.table_uri}')") == [
+        (report.good,)
+    ]
+    assert compact_partition(stream.table_uri, "date", day).after.files == 1  # nothing to do
+
+
+def test_compaction_racing_stream_appends_keeps_exact_counts(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, small_batches: Any
+) -> None:
+    stream = FlowStream(flow, small_batches, kafka_conf)
+    query = stream.start(spark)
+    stop = threading.Event()
+    runner = threading.Thread(target=await_query, args=(query, stop), daemon=True)
+    runner.start()
+    reports: list[Any] = []
+    producer = threading.Thread(
+        target=lambda: reports.append(
+            produce_demo_events(
+                flow,
+                kafka_conf,
+                count=3000,
+                rate=400,
+                late_share=0,
+                seed=22,
+                progress=False,
+                collect_keys=True,
+            )
+        )
+    )
+    compactions = []
+    try:
+        deadline = time.monotonic() + 60
+        while not query.lastProgress and time.monotonic() < deadline:
+            time.sleep(0.2)
+        producer.start()
+        day = datetime.now(UTC).date().isoformat()
+        while producer.is_alive() or len(compactions) < 3:
+            if Path(stream.table_uri, "_delta_log").exists():
+                compactions.append(compact_partition(stream.table_uri, "date", day))
+            time.sleep(0.3)
+        producer.join()
+        deadline = time.monotonic() + 60
+        while (
+            time.monotonic() < deadline and read_delta(stream.table_uri).num_rows < reports[0].good
+        ):
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+    keys = read_delta(stream.table_uri).column("call_sid").to_pylist()
+    assert len(keys) == reports[0].good == len(set(keys))
+    assert set(keys) == set(reports[0].keys)
+    assert sum(c.before.files > c.after.files for c in compactions) >= 2, compactions[-3:]
+
+
+def test_forced_concurrent_compactions_never_duplicate(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, small_batches: Any
+) -> None:
+    report = produce_demo_events(
+        flow, kafka_conf, count=1200, late_share=0, seed=23, progress=False
+    )
+    stream = FlowStream(flow, small_batches, kafka_conf)
+    await_query(stream.start(spark, available_now=True), threading.Event())
+    (day,) = report.by_date
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = list(
+            pool.map(
+                lambda _: _try(lambda: compact_partition(stream.table_uri, "date", day)), range(2)
+            )
+        )
+    assert any(not isinstance(o, Exception) for o in outcomes)
+    keys = read_delta(stream.table_uri).column("call_sid").to_pylist()
+    assert len(keys) == report.good == len(set(keys))
+
+
+def _try(fn: Any) -> Any:
+    try:
+        return fn()
+    except Exception as exc:  # the losing compaction's commit conflict
+        return exc
+
+
+def test_vacuum_removes_orphans_and_compacted_away_files_only_past_retention(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, small_batches: Any
+) -> None:
+    report = produce_demo_events(flow, kafka_conf, count=600, late_share=0, seed=24, progress=False)
+    stream = FlowStream(flow, small_batches, kafka_conf)
+    await_query(stream.start(spark, available_now=True), threading.Event())
+    (day,) = report.by_date
+    orphan = Path(stream.table_uri, f"date={day}", "part-orphan-of-a-failed-batch.parquet")
+    orphan.write_bytes(b"PAR1 not committed")
+    week_ago = time.time() - 8 * 86_400
+    os.utime(orphan, (week_ago, week_ago))
+    compacted = compact_partition(stream.table_uri, "date", day)
+    assert compacted.before.files > 1
+
+    default = vacuum_table(stream.table_uri)  # 7 days: only the old orphan goes
+    assert default.removed_files == 1 and not orphan.exists()
+    assert read_delta(stream.table_uri).num_rows == report.good
+
+    now = vacuum_table(stream.table_uri, retention_hours=0)  # compacted-away files go too
+    assert now.removed_files == compacted.before.files
+    live = {Path(u).name for u in DeltaTable(stream.table_uri).file_uris()}
+    on_disk = {
+        p.name for p in Path(stream.table_uri).rglob("*.parquet") if "_delta_log" not in p.parts
+    }
+    assert on_disk == live
+    assert pc.count_distinct(read_delta(stream.table_uri)["call_sid"]).as_py() == report.good
