@@ -7,6 +7,12 @@ from __future__ import annotations
 
 import dagster as dg
 
+from tidelake.assets.table_backfill import build_table_asset
+from tidelake.assets.table_maintenance import (
+    build_compaction_asset,
+    build_vacuum_job,
+    build_vacuum_schedule,
+)
 from tidelake.platform.flow_assets import flow_asset_specs
 from tidelake.platform.resources import KafkaResource, engine_settings, spark_resource
 from tidelake.platform.stream_checks import build_stream_checks
@@ -22,12 +28,20 @@ def flow_definitions(
     flow: FlowSpec, settings: EngineSettings, policy: SupervisorPolicy
 ) -> dg.Definitions:
     """Assets, stream job, supervisor sensor and health checks of one flow."""
-    job = build_stream_job(flow, settings)
+    topic, table, quarantine = flow_asset_specs(flow, settings)
+    stream_job = build_stream_job(flow, settings)
+    vacuum_job = build_vacuum_job(flow, settings)
     return dg.Definitions(
-        assets=flow_asset_specs(flow, settings),
+        assets=[
+            topic,
+            build_table_asset(flow, settings, table),
+            quarantine,
+            build_compaction_asset(flow, settings),
+        ],
         asset_checks=[build_stream_checks(flow, settings, policy)],
-        jobs=[job],
-        sensors=[build_supervisor_sensor(flow, job, settings, policy)],
+        jobs=[stream_job, vacuum_job],
+        schedules=[build_vacuum_schedule(flow, vacuum_job)],
+        sensors=[build_supervisor_sensor(flow, stream_job, settings, policy)],
     )
 
 
@@ -39,7 +53,18 @@ def build_definitions(
     settings = settings or engine_settings()
     policy = policy or SupervisorPolicy()
     per_flow = [flow_definitions(f, settings, policy) for f in (flows or FLOWS).values()]
-    shared = dg.Definitions(resources={"kafka": KafkaResource(), "spark": spark_resource(settings)})
+    shared = dg.Definitions(
+        resources={"kafka": KafkaResource(), "spark": spark_resource(settings)},
+        # compaction runs when a date closes: automation must be on from the start
+        sensors=[
+            dg.AutomationConditionSensorDefinition(
+                "tidelake_automation",
+                target=dg.AssetSelection.all(),
+                default_status=dg.DefaultSensorStatus.RUNNING,
+                minimum_interval_seconds=30,
+            )
+        ],
+    )
     return dg.Definitions.merge(shared, *per_flow)
 
 

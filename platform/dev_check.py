@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tidelake.assets.flow_keys import quarantine_key, table_key, topic_key
 from tidelake.platform.dagster_web import DagsterWeb, wait_for
-from tidelake.platform.flow_assets import quarantine_key, table_key, topic_key
 from tidelake.platform.stream_jobs import stream_job_name
 from tidelake.platform.stream_sensors import supervisor_sensor_name
 from tidelake.streaming.flow_spec import FlowSpec

@@ -10,6 +10,12 @@ from __future__ import annotations
 import dagster as dg
 import pyarrow as pa
 
+from tidelake.assets.flow_keys import (
+    daily_partitions,
+    quarantine_key,
+    table_key,
+    topic_key,
+)
 from tidelake.streaming.decode import ProtobufDecoder
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
@@ -18,22 +24,6 @@ STREAM_ALIVE = "stream_alive"
 LAG_BELOW_THRESHOLD = "lag_below_threshold"
 STREAM_TAG = "tidelake/stream"
 """Run tag naming the flow of a stream run; the instance allows one run per value."""
-
-
-def topic_key(flow: FlowSpec) -> dg.AssetKey:
-    return dg.AssetKey(["kafka", flow.topic])
-
-
-def table_key(flow: FlowSpec) -> dg.AssetKey:
-    return dg.AssetKey(["lake", flow.table])
-
-
-def quarantine_key(flow: FlowSpec) -> dg.AssetKey:
-    return dg.AssetKey(["lake", flow.quarantine_table])
-
-
-def daily_partitions(flow: FlowSpec) -> dg.DailyPartitionsDefinition:
-    return dg.DailyPartitionsDefinition(start_date=flow.first_date.isoformat(), timezone="UTC")
 
 
 def _table_schema(schema: pa.Schema) -> dg.TableSchema:

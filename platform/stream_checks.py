@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from tidelake.platform.flow_assets import LAG_BELOW_THRESHOLD, STREAM_ALIVE, table_key
+from tidelake.assets.flow_keys import table_key
+from tidelake.platform.flow_assets import LAG_BELOW_THRESHOLD, STREAM_ALIVE
 from tidelake.platform.resources import KafkaResource
 from tidelake.platform.stream_health import measure_health, recent_runs, stream_restarts
 from tidelake.platform.stream_jobs import stream_job_name

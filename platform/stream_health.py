@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 import dagster as dg
 from confluent_kafka import KafkaException
 
-from tidelake.platform.flow_assets import LAG_BELOW_THRESHOLD, STREAM_ALIVE, table_key
+from tidelake.assets.flow_keys import table_key
+from tidelake.platform.flow_assets import LAG_BELOW_THRESHOLD, STREAM_ALIVE
 from tidelake.platform.supervisor import (
     Decision,
     RunState,

@@ -13,7 +13,8 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 from pyspark.sql.streaming import StreamingQuery
 
-from tidelake.platform.flow_assets import STREAM_TAG, table_key
+from tidelake.assets.flow_keys import table_key
+from tidelake.platform.flow_assets import STREAM_TAG
 from tidelake.platform.resources import KafkaResource
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.flow_stream import FlowStream, await_query

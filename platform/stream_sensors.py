@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from tidelake.platform.flow_assets import STREAM_TAG, table_key
+from tidelake.assets.flow_keys import table_key
+from tidelake.platform.flow_assets import STREAM_TAG
 from tidelake.platform.resources import KafkaResource
 from tidelake.platform.stream_health import measure_health, recent_runs, stream_restarts
 from tidelake.platform.supervisor import RunState, RunView, SupervisorPolicy
