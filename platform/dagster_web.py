@@ -113,6 +113,34 @@ class DagsterWeb:
             raise DagsterWebError(f"cannot launch {job_name}: {data}")
         return data["run"]["runId"]
 
+    def launch_partition_backfill(self, asset_path: list[str], partitions: list[str]) -> str:
+        """Backfill partitions of an asset, as Materialize → partitions in the UI does; its id."""
+        data = self.query(
+            """mutation($params: LaunchBackfillParams!) {
+              launchPartitionBackfill(backfillParams: $params) {
+                __typename
+                ... on LaunchBackfillSuccess { backfillId }
+                ... on PythonError { message }
+              }
+            }""",
+            {"params": {"assetSelection": [{"path": asset_path}], "partitionNames": partitions}},
+        )["launchPartitionBackfill"]
+        if data["__typename"] != "LaunchBackfillSuccess":
+            raise DagsterWebError(f"cannot backfill {'/'.join(asset_path)}: {data}")
+        return data["backfillId"]
+
+    def backfill_status(self, backfill_id: str) -> str:
+        data = self.query(
+            """query($id: String!) {
+              partitionBackfillOrError(backfillId: $id) {
+                __typename
+                ... on PartitionBackfill { status }
+              }
+            }""",
+            {"id": backfill_id},
+        )["partitionBackfillOrError"]
+        return data.get("status", data["__typename"])
+
     def terminate_run(self, run_id: str) -> str:
         data = self.query(
             """mutation($runId: String!) {

@@ -258,6 +258,105 @@ def test_days_behind_the_event_time_are_materialized_with_row_counts(stack: Stac
         assert found[day] == rows
 
 
+def _closed_days(stack: Stack) -> list[str]:
+    horizon = datetime.now(UTC) - CALL_EVENTS.allowed_lateness - timedelta(minutes=5)
+    return sorted(
+        day
+        for day in stack.reports[0].by_date
+        if datetime.combine(date.fromisoformat(day) + timedelta(days=1), datetime.min.time(), UTC)
+        < horizon
+    )
+
+
+def _materialized(stack: Stack, path: list[str]) -> dict[str, dict[str, Any]]:
+    data = stack.web.query(
+        """query($key: AssetKeyInput!) { assetOrError(assetKey: $key) {
+            ... on Asset { assetMaterializations { partition runId metadataEntries {
+                label ... on IntMetadataEntry { intValue } } } } } }""",
+        {"key": {"path": path}},
+    )
+    return {
+        m["partition"]: {
+            "runId": m["runId"],
+            **{e["label"]: e.get("intValue") for e in m["metadataEntries"]},
+        }
+        for m in reversed(data["assetOrError"]["assetMaterializations"])  # newest wins
+    }
+
+
+def test_a_closed_day_is_compacted_automatically(stack: Stack) -> None:
+    yesterday = (datetime.now(UTC) - timedelta(days=1)).date().isoformat()
+    if yesterday not in _closed_days(stack):
+        pytest.skip("yesterday closes at 02:00 UTC plus lateness; too early in the day")
+    found = wait_for(
+        lambda: _materialized(stack, ["lake", "call_events_compacted"]).get(yesterday),
+        180,
+        f"automatic compaction of {yesterday}",
+    )
+    assert found["dagster/row_count"] == stack.reports[0].by_date[yesterday]
+    assert found["files_after"] <= found["files_before"]
+
+
+def test_partition_backfill_from_graphql_rebuilds_closed_days(stack: Stack) -> None:
+    days = _closed_days(stack)
+    backfill = stack.web.launch_partition_backfill(["lake", "call_events"], days)
+
+    def finished() -> str | None:
+        status = stack.web.backfill_status(backfill)
+        return (
+            status if status.startswith("COMPLETED") or status in ("FAILED", "CANCELED") else None
+        )
+
+    status = wait_for(finished, 240, f"backfill {backfill} of {days}")
+    assert status in ("COMPLETED", "COMPLETED_SUCCESS"), stack.tail()
+    found = _materialized(stack, ["lake", "call_events"])
+    runs = {found[d]["runId"] for d in days}
+    assert len(runs) == 1 and None not in runs  # a range is one run (single-run policy)
+    good = sum(r.good for r in stack.reports)
+    keys = read_delta(stack.table_uri).column("call_sid").to_pylist()
+    assert len(keys) == good == len(set(keys))
+    table_dates = Counter(
+        d.isoformat() for d in read_delta(stack.table_uri).column("date").to_pylist()
+    )
+    for day in days:
+        assert table_dates[day] == stack.reports[0].by_date[day]
+
+
+def test_cli_materializes_one_partition(stack: Stack) -> None:
+    day = _closed_days(stack)[-1]
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(stack.log.parent / "dagster_home"),
+        "TIDELAKE_LAKE": str(stack.settings.lake),
+        "TIDELAKE_CHECKPOINTS": str(stack.settings.checkpoints),
+        "KAFKA_BOOTSTRAP_SERVERS": stack.kafka_conf["bootstrap.servers"],
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dagster",
+            "asset",
+            "materialize",
+            "-m",
+            "tidelake.platform.definitions",
+            "--select",
+            "lake/call_events",
+            "--partition",
+            day,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    keys = read_delta(stack.table_uri).column("call_sid").to_pylist()
+    assert len(keys) == sum(r.good for r in stack.reports) == len(set(keys))
+
+
 def test_ctrl_c_stops_everything_it_started(stack: Stack) -> None:
     started = psutil.Process(stack.process.pid).children(recursive=True)
     assert len(started) >= 4  # dagster dev, webserver, daemon, code server, run worker, JVM...
