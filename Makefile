@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help dev venv test lint format protos check-protos unit bench bench-throughput bench-latency broker clean
+.PHONY: help dev venv test lint format protos check-protos unit bench bench-throughput bench-latency bench-backfill broker clean
 
 help:
 	@echo "make dev               the whole platform locally; Dagster UI on http://127.0.0.1:3000"
@@ -45,7 +45,7 @@ test: check-protos lint
 unit: $(STAMP)
 	$(BIN)/pytest -m "not integration"
 
-bench: bench-throughput bench-latency
+bench: bench-throughput bench-latency bench-backfill
 
 bench-throughput: $(STAMP)
 	cd tests/bench && ../../$(BIN)/python engine_throughput.py --out ../../bench-results/throughput.json
@@ -55,6 +55,9 @@ bench-latency: $(STAMP)
 
 dev: $(STAMP)
 	$(BIN)/tidelake dev
+
+bench-backfill: $(STAMP)
+	cd tests/bench && ../../$(BIN)/python backfill_maintenance.py --out ../../bench-results/backfill.json
 
 broker: $(STAMP)
 	$(BIN)/tidelake broker

@@ -267,8 +267,16 @@ class PartitionEnds:
         """
         lo = {tp: low for tp, (low, _) in bounds.items()}
         hi = {tp: high for tp, (_, high) in bounds.items()}
+        step = 0
         while any(lo[tp] < hi[tp] for tp in lo):
-            mids = {tp: (lo[tp] + hi[tp]) // 2 for tp in lo if lo[tp] < hi[tp]}
+            # the last and the first record first: a window often covers a whole partition's
+            # end or start (recent dates, short retention), and then one fetch settles it
+            mids = {
+                tp: (hi[tp] - 1, lo[tp], (lo[tp] + hi[tp]) // 2)[min(step, 2)]
+                for tp in lo
+                if lo[tp] < hi[tp]
+            }
+            step += 1
             for tp, record in self.records_at(mids).items():
                 if record is None or record[1] >= ts_ms:
                     hi[tp] = mids[tp]

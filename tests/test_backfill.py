@@ -181,7 +181,7 @@ def test_backfill_while_the_stream_writes_into_the_same_day(
                 flow,
                 kafka_conf,
                 count=3000,
-                rate=1500,
+                rate=600,
                 late_share=0.2,
                 seed=14,
                 progress=False,

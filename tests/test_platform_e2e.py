@@ -3,7 +3,8 @@ in its own process group with its own DAGSTER_HOME, against the test session's b
 drive Dagster only through its GraphQL API and read the Delta tables with delta-rs and DuckDB.
 
 Order matters (one stack per module): up -> exactly once -> SIGKILL of the run -> terminate from
-the UI -> partitions closed -> Ctrl-C leaves no process behind.
+the UI -> a second run queues -> partitions closed -> automatic compaction -> backfill through
+GraphQL and the CLI -> Ctrl-C leaves no process behind.
 """
 
 from __future__ import annotations
