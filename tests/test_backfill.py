@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from lake_readers import delta_version, duckdb_query, read_delta
+from live_stream import BackgroundProducer, running_stream, wait_for_rows
 
 from tidelake.platform.produce import produce_demo_events
 from tidelake.streaming.backfill import (
@@ -154,12 +155,8 @@ def test_a_range_is_one_commit(
     )
     assert result.table_version == version + 1
     assert result.rows_by_date == report.by_date
-    table = read_delta(stream.table_uri)
-    assert (
-        sorted(table.column("call_sid").to_pylist())
-        == sorted(produce_keys := table.column("call_sid").unique().to_pylist())
-        and len(produce_keys) == report.good
-    )
+    keys = read_delta(stream.table_uri).column("call_sid").to_pylist()
+    assert len(keys) == report.good == len(set(keys))
 
 
 @pytest.mark.integration
@@ -169,52 +166,24 @@ def test_backfill_while_the_stream_writes_into_the_same_day(
     history = produce_demo_events(
         flow, kafka_conf, count=2000, days=2, seed=13, progress=False, collect_keys=True
     )
-    stream = FlowStream(flow, engine_settings, kafka_conf)
-    query = stream.start(spark)  # always-on, 0 s trigger
-    stop = threading.Event()
-    runner = threading.Thread(target=await_query, args=(query, stop), daemon=True)
-    runner.start()
-    live: list[Any] = []
-    producer = threading.Thread(
-        target=lambda: live.append(
-            produce_demo_events(
-                flow,
-                kafka_conf,
-                count=3000,
-                rate=600,
-                late_share=0.2,
-                seed=14,
-                progress=False,
-                collect_keys=True,
-            )
-        )
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not query.lastProgress and time.monotonic() < deadline:
-            time.sleep(0.2)
+    producer = BackgroundProducer(flow, kafka_conf, count=3000, rate=600, late_share=0.2, seed=14)
+    with running_stream(spark, flow, engine_settings, kafka_conf) as stream:
         producer.start()
         time.sleep(0.5)
-        today = datetime.now(UTC).date().isoformat()
-        days = sorted({*history.by_date, today})
+        days = sorted({*history.by_date, datetime.now(UTC).date().isoformat()})
         results = []
         while producer.is_alive() or not results:  # backfills race the live appends
             plan = plan_backfill(flow, days, engine_settings, kafka_conf)
             results.append(run_backfill(spark, plan, engine_settings, kafka_conf))
-        producer.join()
-        expected = history.good + live[0].good
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and read_delta(stream.table_uri).num_rows < expected:
-            time.sleep(0.5)
-    finally:
-        stop.set()
-        runner.join(timeout=60)
+        live = producer.join()
+        expected = history.good + live.good
+        wait_for_rows(stream.table_uri, expected)
     keys = read_delta(stream.table_uri).column("call_sid").to_pylist()
     assert len(results) >= 2
     assert len(keys) == expected == len(set(keys))
-    assert set(keys) == set(history.keys) | set(live[0].keys)
+    assert set(keys) == set(history.keys) | set(live.keys)
     dates = Counter(d.isoformat() for d in read_delta(stream.table_uri).column("date").to_pylist())
-    assert dates == Counter(history.by_date) + Counter(live[0].by_date)
+    assert dates == Counter(history.by_date) + Counter(live.by_date)
 
 
 @pytest.mark.integration

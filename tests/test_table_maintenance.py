@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 from lake_readers import duckdb_query, read_delta
+from live_stream import BackgroundProducer, running_stream, wait_for_rows
 
 from tidelake.platform.produce import produce_demo_events
 from tidelake.streaming.flow_stream import FlowStream, await_query
@@ -65,49 +66,20 @@ def test_compaction_shrinks_file_count_and_keeps_content(
 def test_compaction_racing_stream_appends_keeps_exact_counts(
     spark: Any, kafka_conf: dict[str, Any], flow: Any, small_batches: Any
 ) -> None:
-    stream = FlowStream(flow, small_batches, kafka_conf)
-    query = stream.start(spark)
-    stop = threading.Event()
-    runner = threading.Thread(target=await_query, args=(query, stop), daemon=True)
-    runner.start()
-    reports: list[Any] = []
-    producer = threading.Thread(
-        target=lambda: reports.append(
-            produce_demo_events(
-                flow,
-                kafka_conf,
-                count=3000,
-                rate=400,
-                late_share=0,
-                seed=22,
-                progress=False,
-                collect_keys=True,
-            )
-        )
-    )
+    producer = BackgroundProducer(flow, kafka_conf, count=3000, rate=400, late_share=0, seed=22)
     compactions = []
-    try:
-        deadline = time.monotonic() + 60
-        while not query.lastProgress and time.monotonic() < deadline:
-            time.sleep(0.2)
+    with running_stream(spark, flow, small_batches, kafka_conf) as stream:
         producer.start()
         day = datetime.now(UTC).date().isoformat()
         while producer.is_alive() or len(compactions) < 3:
             if Path(stream.table_uri, "_delta_log").exists():
                 compactions.append(compact_partition(stream.table_uri, "date", day))
             time.sleep(0.3)
-        producer.join()
-        deadline = time.monotonic() + 60
-        while (
-            time.monotonic() < deadline and read_delta(stream.table_uri).num_rows < reports[0].good
-        ):
-            time.sleep(0.5)
-    finally:
-        stop.set()
-        runner.join(timeout=60)
+        report = producer.join()
+        wait_for_rows(stream.table_uri, report.good)
     keys = read_delta(stream.table_uri).column("call_sid").to_pylist()
-    assert len(keys) == reports[0].good == len(set(keys))
-    assert set(keys) == set(reports[0].keys)
+    assert len(keys) == report.good == len(set(keys))
+    assert set(keys) == set(report.keys)
     assert sum(c.before.files > c.after.files for c in compactions) >= 2, compactions[-3:]
 
 

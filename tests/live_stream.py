@@ -1,0 +1,60 @@
+"""Helpers for tests that race work against a live stream in the shared SparkSession."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from lake_readers import read_delta
+
+from tidelake.platform.produce import ProduceReport, produce_demo_events
+from tidelake.streaming.flow_stream import FlowStream, await_query
+
+
+@contextmanager
+def running_stream(spark: Any, flow: Any, settings: Any, kafka_conf: Any) -> Iterator[FlowStream]:
+    """The flow's always-on query, started and past its first progress; stopped on exit."""
+    stream = FlowStream(flow, settings, kafka_conf)
+    query = stream.start(spark)
+    stop = threading.Event()
+    runner = threading.Thread(target=await_query, args=(query, stop), daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 60
+    while not query.lastProgress and time.monotonic() < deadline:
+        time.sleep(0.2)
+    try:
+        yield stream
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+
+
+class BackgroundProducer(threading.Thread):
+    """produce_demo_events in a thread; join() returns its report."""
+
+    def __init__(self, flow: Any, kafka_conf: Any, **kwargs: Any):
+        super().__init__(daemon=True)
+        self._args = (flow, kafka_conf)
+        self._kwargs = {"progress": False, "collect_keys": True, **kwargs}
+        self.report: ProduceReport | None = None
+
+    def run(self) -> None:
+        self.report = produce_demo_events(*self._args, **self._kwargs)
+
+    def join(self, timeout: float | None = None) -> ProduceReport:  # type: ignore[override]
+        super().join(timeout)
+        assert self.report is not None, "the producer failed"
+        return self.report
+
+
+def wait_for_rows(uri: str, rows: int, timeout_s: float = 90) -> int:
+    """Rows in the table once it holds at least `rows`, or whatever it holds at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    count = read_delta(uri).num_rows
+    while count < rows and time.monotonic() < deadline:
+        time.sleep(0.5)
+        count = read_delta(uri).num_rows
+    return count
