@@ -12,12 +12,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 EventTimeUnit = Literal["s", "ms", "us"]
+ExpectationsFactory = Callable[[], list[Any]]
+"""() -> great_expectations Expectation objects; a function, so that only code that validates
+pays for importing Great Expectations (seconds)."""
 DemoEventFactory = Callable[[random.Random, int], Message]
 """(rng, event_time_ms) -> a realistic message of the flow's type, for the demo producer."""
 
@@ -66,6 +69,8 @@ class FlowSpec:
     """Records waiting on Kafka above which the stream's lag check fails."""
     description: str = ""
     owners: tuple[str, ...] = ()
+    expectations: ExpectationsFactory | None = field(default=None, compare=False, repr=False)
+    """Great Expectations 1.x expectations every date partition of the table must meet."""
     demo_event: DemoEventFactory | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

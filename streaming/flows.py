@@ -8,6 +8,25 @@ from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming import demo_events
 from tidelake.streaming.flow_spec import FlowSpec
 
+
+def call_event_expectations() -> list:
+    """What every day of call_events must meet (Great Expectations 1.x)."""
+    import great_expectations.expectations as gxe
+
+    sid = "^{}[0-9a-f]{{32}}$"
+    return [
+        gxe.ExpectColumnValuesToNotBeNull(column="call_sid"),
+        gxe.ExpectColumnValuesToMatchRegex(column="call_sid", regex=sid.format("CA")),
+        gxe.ExpectColumnValuesToBeUnique(column="call_sid"),
+        gxe.ExpectColumnValuesToNotBeNull(column="account_sid"),
+        gxe.ExpectColumnValuesToMatchRegex(column="account_sid", regex=sid.format("AC")),
+        gxe.ExpectColumnValuesToBeInSet(column="call_state", value_set=["completed", "failed"]),
+        gxe.ExpectColumnValuesToBeInSet(column="region", value_set=["us1", "us2", "de1"]),
+        gxe.ExpectColumnValuesToBeBetween(column="duration", min_value=0, max_value=86_400),
+        gxe.ExpectColumnValuesToBeOfType(column="duration", type_="int64"),
+    ]
+
+
 CALL_EVENTS = FlowSpec(
     name="call_events",
     message=CallEvent,
@@ -21,6 +40,7 @@ CALL_EVENTS = FlowSpec(
     description="Voice call events from the ingest service, one row per call state change.",
     owners=("team:voice-insights",),
     demo_event=demo_events.call_event,
+    expectations=call_event_expectations,
 )
 
 FLOWS: dict[str, FlowSpec] = {flow.name: flow for flow in [CALL_EVENTS]}

@@ -1,0 +1,96 @@
+"""Great Expectations on a date partition: clean days pass, each defect fails its expectation."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from tidelake.assets.partition_expectations import validate_partition
+from tidelake.streaming.decode import ProtobufDecoder
+from tidelake.streaming.flows import CALL_EVENTS
+
+DAY = "2026-11-20"
+START = datetime(2026, 11, 20, tzinfo=UTC)
+SCHEMA = pa.schema(
+    [f for f in ProtobufDecoder.for_flow(CALL_EVENTS).schema if not f.name.startswith("_")]
+)
+
+
+def clean_rows(n: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "call_sid": f"CA{i:032x}",
+            "account_sid": f"AC{i % 7:032x}",
+            "duration": 60 + i,
+            "call_state": "completed" if i % 5 else "failed",
+            "region": ("us1", "us2", "de1")[i % 3],
+            "event_time": START + timedelta(seconds=37 * i),
+            "date": date.fromisoformat(DAY),
+            "kafka_topic": "call-events",
+            "kafka_partition": i % 4,
+            "kafka_offset": i,
+            "kafka_timestamp": START + timedelta(seconds=37 * i + 1),
+            "ingest_time": START + timedelta(seconds=37 * i + 2),
+        }
+        for i in range(n)
+    ]
+
+
+def write(tmp_path: Path, rows: list[dict[str, Any]]) -> str:
+    uri = str(tmp_path / "call_events")
+    write_deltalake(uri, pa.Table.from_pylist(rows, SCHEMA), partition_by=["date"])
+    return uri
+
+
+def test_a_clean_partition_passes_every_expectation(tmp_path: Path) -> None:
+    result = validate_partition(write(tmp_path, clean_rows(200)), CALL_EVENTS, DAY)
+    assert result.success, [o for o in result.failures]
+    assert result.rows == 200
+    assert len(result.outcomes) == 11
+
+
+def test_each_defect_fails_exactly_its_expectation_with_counts(tmp_path: Path) -> None:
+    rows = clean_rows(200)
+    rows[1]["call_sid"] = "CAxyz"  # malformed
+    rows[2]["call_sid"] = rows[3]["call_sid"]  # a duplicate pair
+    rows[4]["account_sid"] = None
+    rows[5]["region"] = "unknown_region"
+    rows[6]["call_state"] = "unknown_state"
+    rows[7]["duration"] = 90_000
+    rows[8]["event_time"] = START - timedelta(minutes=1)  # the day before
+    result = validate_partition(write(tmp_path, rows), CALL_EVENTS, DAY)
+    failed = {o.name: (o.unexpected_count, o.sample) for o in result.failures}
+    assert failed == {
+        "expect_column_values_to_match_regex(call_sid)": (1, ["CAxyz"]),
+        "expect_column_values_to_be_unique(call_sid)": (2, [rows[3]["call_sid"]] * 2),
+        "expect_column_values_to_not_be_null(account_sid)": (1, [None]),
+        "expect_column_values_to_be_in_set(region)": (1, ["unknown_region"]),
+        "expect_column_values_to_be_in_set(call_state)": (1, ["unknown_state"]),
+        "expect_column_values_to_be_between(duration)": (1, [90_000]),
+        "expect_column_values_to_be_between(event_time)": (
+            1,
+            [(START - timedelta(minutes=1)).isoformat()],
+        ),
+    }
+    (between,) = [o for o in result.failures if o.column == "duration"]
+    assert between.unexpected_percent == pytest.approx(0.5)
+
+
+def test_a_missing_column_fails_the_column_set(tmp_path: Path) -> None:
+    rows = [{k: v for k, v in r.items() if k != "region"} for r in clean_rows(20)]
+    uri = str(tmp_path / "t")
+    write_deltalake(
+        uri,
+        pa.Table.from_pylist(rows, pa.schema([f for f in SCHEMA if f.name != "region"])),
+        partition_by=["date"],
+    )
+    result = validate_partition(uri, CALL_EVENTS, DAY)
+    names = {o.name for o in result.failures}
+    assert "expect_table_columns_to_match_set" in names
+    region = [o for o in result.outcomes if o.column == "region"]
+    assert region and all(not o.success and o.error for o in region)
