@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from tidelake.assets.quality_checks import build_quality_checks
 from tidelake.assets.table_backfill import build_table_asset
 from tidelake.assets.table_maintenance import (
     build_compaction_asset,
@@ -29,6 +30,7 @@ def flow_definitions(
 ) -> dg.Definitions:
     """Assets, stream job, supervisor sensor and health checks of one flow."""
     topic, table, quarantine = flow_asset_specs(flow, settings)
+    quality = build_quality_checks(flow, settings)
     stream_job = build_stream_job(flow, settings)
     vacuum_job = build_vacuum_job(flow, settings)
     return dg.Definitions(
@@ -38,10 +40,12 @@ def flow_definitions(
             quarantine,
             build_compaction_asset(flow, settings),
         ],
-        asset_checks=[build_stream_checks(flow, settings, policy)],
+        asset_checks=[build_stream_checks(flow, settings, policy), *quality],
         jobs=[stream_job, vacuum_job],
         schedules=[build_vacuum_schedule(flow, vacuum_job)],
-        sensors=[build_supervisor_sensor(flow, stream_job, settings, policy)],
+        sensors=[
+            build_supervisor_sensor(flow, stream_job, settings, policy),
+        ],
     )
 
 

@@ -16,6 +16,7 @@ from tidelake.assets.flow_keys import (
     table_key,
     topic_key,
 )
+from tidelake.assets.quality_checks import daily_freshness
 from tidelake.streaming.decode import ProtobufDecoder
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
@@ -63,6 +64,7 @@ def flow_asset_specs(flow: FlowSpec, settings: EngineSettings) -> list[dg.AssetS
         kinds={"spark", "delta", "protobuf"},
         owners=owners,
         partitions_def=daily_partitions(flow),
+        freshness_policy=daily_freshness(),
         metadata={
             "dagster/uri": str(settings.table_path(flow.table)),
             "dagster/column_schema": _table_schema(schema),

@@ -67,6 +67,10 @@ class FlowSpec:
     """First UTC date of the table's daily partitions (backfills start no earlier)."""
     max_lag: int = 100_000
     """Records waiting on Kafka above which the stream's lag check fails."""
+    volume_tolerance: float = 0.5
+    """A day with fewer than (1 - tolerance) x the median rows of the 7 days before fails."""
+    max_quarantine_share: float = 0.05
+    """A day whose quarantined share of records is higher fails its quarantine check."""
     description: str = ""
     owners: tuple[str, ...] = ()
     expectations: ExpectationsFactory | None = field(default=None, compare=False, repr=False)
@@ -104,6 +108,11 @@ class FlowSpec:
         if self.allowed_lateness < timedelta(0) or self.max_clock_skew < timedelta(0):
             raise FlowSpecError(
                 f"flow {self.name}: allowed_lateness and max_clock_skew must be >= 0"
+            )
+        if not 0 < self.volume_tolerance < 1 or not 0 <= self.max_quarantine_share <= 1:
+            raise FlowSpecError(
+                f"flow {self.name}: volume_tolerance must be in (0, 1) and max_quarantine_share "
+                "in [0, 1]"
             )
         if self.max_lag < 0:
             raise FlowSpecError(f"flow {self.name}: max_lag must be >= 0")

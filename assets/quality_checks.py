@@ -1,0 +1,148 @@
+"""Data-quality checks on every date partition of a flow's table, as Dagster asset checks.
+
+- `expectations` (blocking, ERROR): the flow's Great Expectations suite on the partition.
+  Blocking: in a run that also holds downstream assets of that partition, they do not run on a
+  failing day; automation conditions can gate on it with all_deps_blocking_checks_passed().
+- `volume_vs_trailing_7_days` (WARN): rows of the day against the median of the 7 days before.
+- `quarantine_share` (WARN): share of the day's records that went to quarantine.
+- freshness: a FreshnessPolicy on the table asset (daily_freshness): yesterday's partition
+  must be materialized by 04:00 UTC.
+
+The first three run by themselves when the latest partition is materialized (the supervisor
+closing the day, or a backfill), and on demand for any partition. Counts come from the Delta
+log's statistics; only the expectations read data.
+"""
+
+import statistics
+from datetime import date, timedelta
+from typing import Any
+
+import dagster as dg
+
+from tidelake.assets.flow_keys import daily_partitions, table_key
+from tidelake.assets.partition_expectations import PartitionValidation, validate_partition
+from tidelake.streaming.flow_spec import FlowSpec
+from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.stream_status import table_progress
+
+EXPECTATIONS = "expectations"
+VOLUME = "volume_vs_trailing_7_days"
+QUARANTINE_SHARE = "quarantine_share"
+FRESHNESS_DEADLINE_CRON = "0 4 * * *"
+
+
+def build_quality_checks(flow: FlowSpec, settings: EngineSettings) -> list[Any]:
+    key = table_key(flow)
+    partitions = daily_partitions(flow)
+    uri = str(settings.table_path(flow.table))
+    quarantine_uri = str(settings.table_path(flow.quarantine_table))
+    automatic = dg.AutomationCondition.eager()
+
+    @dg.asset_check(
+        asset=key,
+        name=EXPECTATIONS,
+        partitions_def=partitions,
+        blocking=True,
+        automation_condition=automatic,
+        description="The flow's Great Expectations suite on the day: columns, types, formats, "
+        "enums, ranges, event time inside the day, unique keys.",
+    )
+    def expectations(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        result = validate_partition(uri, flow, context.partition_key)
+        return dg.AssetCheckResult(
+            passed=result.success,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=_summary(result),
+            metadata=_expectation_metadata(result),
+        )
+
+    @dg.asset_check(
+        asset=key,
+        name=VOLUME,
+        partitions_def=partitions,
+        automation_condition=automatic,
+        description=f"Rows of the day at least {1 - flow.volume_tolerance:.0%} of the median of "
+        "the 7 days before.",
+    )
+    def volume(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        passed, text, metadata = volume_verdict(
+            flow, _rows_by_date(uri, flow), context.partition_key
+        )
+        return dg.AssetCheckResult(
+            passed=passed, severity=dg.AssetCheckSeverity.WARN, description=text, metadata=metadata
+        )
+
+    @dg.asset_check(
+        asset=key,
+        name=QUARANTINE_SHARE,
+        partitions_def=partitions,
+        automation_condition=automatic,
+        description=f"At most {flow.max_quarantine_share:.1%} of the day's records quarantined.",
+    )
+    def quarantine(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        day = context.partition_key
+        good = _rows_by_date(uri, flow).get(day, 0)
+        bad = _rows_by_date(quarantine_uri, flow).get(day, 0)
+        share = bad / (good + bad) if good + bad else 0.0
+        return dg.AssetCheckResult(
+            passed=share <= flow.max_quarantine_share,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=f"{bad} of {good + bad} records quarantined ({share:.2%})",
+            metadata={"quarantined": bad, "accepted": good, "share": round(share, 6)},
+        )
+
+    return [expectations, volume, quarantine]
+
+
+def daily_freshness() -> dg.FreshnessPolicy:
+    """Each day's partition closes (about 02:00 UTC with 2 h lateness) before 04:00 UTC."""
+    return dg.FreshnessPolicy.cron(
+        deadline_cron=FRESHNESS_DEADLINE_CRON, lower_bound_delta=timedelta(hours=24), timezone="UTC"
+    )
+
+
+def volume_verdict(
+    flow: FlowSpec, rows_by_date: dict[str, int], day: str
+) -> tuple[bool, str, dict[str, Any]]:
+    """Pass unless the day has fewer than (1 - tolerance) x the trailing 7-day median."""
+    first = date.fromisoformat(day)
+    before = [rows_by_date.get((first - timedelta(days=n)).isoformat(), 0) for n in range(1, 8)]
+    history = [n for n in before if n]
+    rows = rows_by_date.get(day, 0)
+    if not history:
+        return True, f"{rows} rows; no earlier days to compare with", {"rows": rows}
+    median = statistics.median(history)
+    floor = (1 - flow.volume_tolerance) * median
+    passed = rows >= floor
+    text = f"{rows} rows against a median of {median:.0f} over {len(history)} earlier days " + (
+        "(within tolerance)" if passed else f"(below {floor:.0f})"
+    )
+    return passed, text, {"rows": rows, "trailing_median": float(median), "minimum": floor}
+
+
+def _rows_by_date(uri: str, flow: FlowSpec) -> dict[str, int]:
+    progress = table_progress(uri, flow)
+    return progress.rows_by_date if progress is not None else {}
+
+
+def _summary(result: PartitionValidation) -> str:
+    if result.success:
+        return f"{len(result.outcomes)} expectations met by {result.rows} rows"
+    failed = ", ".join(o.name for o in result.failures)
+    return f"{len(result.failures)} of {len(result.outcomes)} expectations failed: {failed}"
+
+
+def _expectation_metadata(result: PartitionValidation) -> dict[str, Any]:
+    lines = ["| expectation | unexpected | % | sample |", "| --- | --- | --- | --- |"]
+    for o in result.failures:
+        percent = "" if o.unexpected_percent is None else f"{o.unexpected_percent:.3f}"
+        detail = o.error or ", ".join(repr(v) for v in o.sample)
+        lines.append(f"| {o.name} | {o.unexpected_count or ''} | {percent} | {detail} |")
+    return {
+        "rows": result.rows,
+        "expectations": len(result.outcomes),
+        "failed": len(result.failures),
+        "seconds": round(result.seconds, 2),
+        "failures": dg.MetadataValue.md("\n".join(lines)),
+        "results": dg.MetadataValue.json([o.__dict__ for o in result.outcomes]),
+    }

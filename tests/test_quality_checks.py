@@ -1,0 +1,132 @@
+"""The quality checks of a date partition, run by Dagster on real Delta tables."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+from test_partition_expectations import SCHEMA, clean_rows
+
+from tidelake.assets.flow_keys import daily_partitions, table_key
+from tidelake.assets.quality_checks import EXPECTATIONS, QUARANTINE_SHARE, VOLUME, volume_verdict
+from tidelake.platform.definitions import build_definitions
+from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.settings import EngineSettings
+
+KEY = table_key(CALL_EVENTS)
+QUALITY = [dg.AssetCheckKey(KEY, name) for name in (EXPECTATIONS, VOLUME, QUARANTINE_SHARE)]
+
+
+@pytest.mark.parametrize(
+    ("rows", "history", "passed"),
+    [
+        (100, [100] * 7, True),
+        (51, [100] * 7, True),
+        (49, [100] * 7, False),  # "a day with 50% fewer rows than usual fails"
+        (10, [], True),  # nothing to compare with
+        (60, [0, 0, 120, 100, 0, 0, 80], True),  # empty days do not drag the median down
+    ],
+)
+def test_volume_verdict(rows: int, history: list[int], passed: bool) -> None:
+    day = date(2026, 11, 20)
+    counts = {(day - timedelta(days=n + 1)).isoformat(): c for n, c in enumerate(history)}
+    counts[day.isoformat()] = rows
+    assert volume_verdict(CALL_EVENTS, counts, day.isoformat())[0] is passed
+
+
+def rows_on(day: str, n: int, offset: int = 0) -> list[dict[str, Any]]:
+    """n clean rows dated `day`, keys unique across days (offset), event times inside the day."""
+    start = datetime.combine(date.fromisoformat(day), datetime.min.time(), UTC)
+    rows = clean_rows(n + offset)[offset:]
+    for k, r in enumerate(rows):
+        r["date"] = start.date()
+        r["event_time"] = start + timedelta(seconds=37 * k)
+        r["kafka_timestamp"] = r["ingest_time"] = r["event_time"] + timedelta(seconds=1)
+    return rows
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> EngineSettings:
+    """Ten clean days of 100 rows, then: a day with defects, a thin day, a poisoned day."""
+    settings = EngineSettings(lake=tmp_path / "lake", checkpoints=tmp_path / "cp")
+    rows = []
+    for n in range(10):
+        rows += rows_on((date(2026, 11, 1) + timedelta(days=n)).isoformat(), 100, offset=n * 100)
+    bad = rows_on("2026-11-11", 100, offset=2000)
+    bad[0]["call_sid"] = "CAxyz"
+    bad[1]["region"] = "unknown_region"
+    rows += bad + rows_on("2026-11-12", 40, offset=3000) + rows_on("2026-11-13", 100, offset=4000)
+    write_deltalake(
+        str(settings.table_path("call_events")),
+        pa.Table.from_pylist(rows, SCHEMA),
+        partition_by=["date"],
+    )
+    quarantine = pa.table(
+        {"error": ["missing account_sid"] * 15, "date": [date(2026, 11, 13)] * 15}
+    )
+    write_deltalake(
+        str(settings.table_path("call_events_quarantine")), quarantine, partition_by=["date"]
+    )
+    return settings
+
+
+def run_quality(settings: EngineSettings, day: str) -> tuple[dict[str, bool], set[str], Any]:
+    """Run the three checks and a downstream asset of the table for one day, in one run."""
+
+    @dg.asset(deps=[KEY], partitions_def=daily_partitions(CALL_EVENTS))
+    def learns_from_calls() -> None:
+        """Stands for the anomaly model: must not learn from a failing day."""
+
+    job = dg.define_asset_job(
+        "quality",
+        selection=dg.AssetSelection.checks(*QUALITY) | dg.AssetSelection.assets(learns_from_calls),
+    )
+    defs = dg.Definitions.merge(
+        build_definitions({"call_events": CALL_EVENTS}, settings),
+        dg.Definitions(assets=[learns_from_calls], jobs=[job]),
+    )
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def("quality").execute_in_process(
+            instance=instance, partition_key=day, raise_on_error=False
+        )
+    evaluations = {
+        e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data
+        for e in result.all_events
+        if e.event_type_value == "ASSET_CHECK_EVALUATION"
+    }
+    materialized = {
+        e.asset_key.path[-1]
+        for e in result.all_events
+        if e.event_type_value == "ASSET_MATERIALIZATION"
+    }
+    return {k: v.passed for k, v in evaluations.items()}, materialized, evaluations
+
+
+def test_a_clean_day_passes_every_check_and_downstream_runs(lake: EngineSettings) -> None:
+    passed, materialized, _ = run_quality(lake, "2026-11-10")
+    assert passed == {EXPECTATIONS: True, VOLUME: True, QUARANTINE_SHARE: True}
+    assert materialized == {"learns_from_calls"}
+
+
+def test_a_failing_day_blocks_downstream_and_says_what_failed(lake: EngineSettings) -> None:
+    passed, materialized, evaluations = run_quality(lake, "2026-11-11")
+    assert passed == {EXPECTATIONS: False, VOLUME: True, QUARANTINE_SHARE: True}
+    assert materialized == set()  # the blocking check kept the model from this day
+    metadata = evaluations[EXPECTATIONS].metadata
+    assert metadata["failed"].value == 2
+    assert "CAxyz" in metadata["failures"].value and "unknown_region" in metadata["failures"].value
+
+
+def test_thin_and_poisoned_days_fail_their_checks(lake: EngineSettings) -> None:
+    passed, materialized, evaluations = run_quality(lake, "2026-11-12")
+    assert passed == {EXPECTATIONS: True, VOLUME: False, QUARANTINE_SHARE: True}
+    assert materialized == {"learns_from_calls"}  # warnings do not block
+    assert evaluations[VOLUME].metadata["rows"].value == 40
+    passed, _, evaluations = run_quality(lake, "2026-11-13")
+    assert passed == {EXPECTATIONS: True, VOLUME: True, QUARANTINE_SHARE: False}
+    assert evaluations[QUARANTINE_SHARE].metadata["quarantined"].value == 15
