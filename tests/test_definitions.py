@@ -10,6 +10,7 @@ import pytest
 import yaml
 from flows import PAGE_VIEWS
 
+from tidelake.assets.quality_checks import EXPECTATIONS, QUARANTINE_SHARE, VOLUME
 from tidelake.platform.definitions import build_definitions, defs
 from tidelake.platform.flow_assets import LAG_BELOW_THRESHOLD, STREAM_ALIVE, STREAM_TAG
 from tidelake.streaming.flows import CALL_EVENTS, FLOWS
@@ -54,7 +55,7 @@ def test_every_flow_gets_assets_job_sensor_and_checks(
     assert flow.key_field in columns and "date" in columns and "_error" not in columns
     assert dg.AssetKey(["lake", f"{flow.name}_quarantine"]) in graph.get_all_asset_keys()
     checks = {k.name for k in graph.get_check_keys_for_assets({table})}
-    assert checks == {STREAM_ALIVE, LAG_BELOW_THRESHOLD}
+    assert checks == {STREAM_ALIVE, LAG_BELOW_THRESHOLD, EXPECTATIONS, VOLUME, QUARANTINE_SHARE}
 
     job = two_flows.resolve_job_def(f"{flow.name}_stream")
     assert job.tags[STREAM_TAG] == flow.name
