@@ -219,11 +219,14 @@ class PartitionEnds:
             finally:
                 self._consumer.unassign()
             if pending:
-                raise KafkaSourceError(
-                    f"no fetch response from {self._servers} within {self._timeout_s:.0f}s for "
-                    + ", ".join(f"{t}/{p}" for t, p in sorted(pending))
-                )
+                raise self._no_response(pending)
         return ends
+
+    def _no_response(self, pending: Mapping[TopicPartitionKey, int]) -> KafkaSourceError:
+        return KafkaSourceError(
+            f"no fetch response from {self._servers} within {self._timeout_s:.0f}s for "
+            + ", ".join(f"{t}/{p}" for t, p in sorted(pending))
+        )
 
     def records_at(self, wanted: Offsets) -> dict[TopicPartitionKey, tuple[int, int] | None]:
         """(offset, timestamp ms) of the first record at or after each wanted offset; None when
@@ -249,10 +252,7 @@ class PartitionEnds:
         finally:
             self._consumer.unassign()
         if pending:
-            raise KafkaSourceError(
-                f"no fetch response from {self._servers} within {self._timeout_s:.0f}s for "
-                + ", ".join(f"{t}/{p}" for t, p in sorted(pending))
-            )
+            raise self._no_response(pending)
         return found
 
     def offsets_for_time(

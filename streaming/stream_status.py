@@ -101,6 +101,7 @@ class TableProgress:
     max_event_time: datetime | None
     rows_by_date: dict[str, int] = field(default_factory=dict)
     files_by_date: dict[str, int] = field(default_factory=dict)
+    bytes_by_date: dict[str, int] = field(default_factory=dict)
 
     @property
     def rows(self) -> int:
@@ -117,24 +118,34 @@ def table_progress(table_uri: str, flow: FlowSpec) -> TableProgress | None:
         table = DeltaTable(table_uri)
     except TableNotFoundError:
         return None
+    return snapshot_progress(table, flow.partition_column, flow.event_time_field)
+
+
+def snapshot_progress(
+    table: DeltaTable, partition_column: str, event_time_field: str | None = None
+) -> TableProgress:
+    """TableProgress of the snapshot `table` holds, from its add actions' statistics."""
     actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
     rows: dict[str, int] = defaultdict(int)
     files: dict[str, int] = defaultdict(int)
+    sizes: dict[str, int] = defaultdict(int)
     newest: datetime | None = None
-    dates = actions.get(f"partition.{flow.partition_column}", [])
-    for day, count, top in zip(
+    dates = actions.get(f"partition.{partition_column}", [])
+    for day, count, size, top in zip(
         dates,
         actions.get("num_records", []),
-        actions.get(f"max.{flow.event_time_field}", [None] * len(dates)),
+        actions.get("size_bytes", []),
+        actions.get(f"max.{event_time_field}", [None] * len(dates)),
         strict=True,
     ):
         key = day.isoformat() if isinstance(day, date) else str(day)
         rows[key] += int(count or 0)
         files[key] += 1
+        sizes[key] += int(size)
         if top is not None:
             top = top if top.tzinfo else top.replace(tzinfo=UTC)
             newest = top if newest is None or top > newest else newest
-    return TableProgress(table.version(), newest, dict(rows), dict(files))
+    return TableProgress(table.version(), newest, dict(rows), dict(files), dict(sizes))
 
 
 def closed_dates(

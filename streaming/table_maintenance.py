@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import date
 
-import pyarrow as pa
 from deltalake import DeltaTable, WriterProperties
+
+from tidelake.streaming.stream_status import snapshot_progress
 
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
 MIN_VACUUM_RETENTION_HOURS = 168
@@ -37,20 +37,12 @@ class CompactionResult:
 
 def partition_files(table: DeltaTable, column: str, value: str) -> PartitionFiles:
     """Files, bytes and rows of one partition in the table's current snapshot."""
-    actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
-    files = size = rows = 0
-    for day, nbytes, nrows in zip(
-        actions.get(f"partition.{column}", []),
-        actions.get("size_bytes", []),
-        actions.get("num_records", []),
-        strict=True,
-    ):
-        key = day.isoformat() if isinstance(day, date) else str(day)
-        if key == value:
-            files += 1
-            size += int(nbytes)
-            rows += int(nrows or 0)
-    return PartitionFiles(files, size, rows)
+    progress = snapshot_progress(table, column)
+    return PartitionFiles(
+        progress.files_by_date.get(value, 0),
+        progress.bytes_by_date.get(value, 0),
+        progress.rows_by_date.get(value, 0),
+    )
 
 
 def compact_partition(

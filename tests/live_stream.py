@@ -14,6 +14,14 @@ from tidelake.platform.produce import ProduceReport, produce_demo_events
 from tidelake.streaming.flow_stream import FlowStream, await_query
 
 
+def run_available_now(spark: Any, flow: Any, settings: Any, kafka_conf: Any) -> FlowStream:
+    """Run the flow's stream until it has committed everything on the topic, then return."""
+    stream = FlowStream(flow, settings, kafka_conf)
+    stream.preflight()
+    await_query(stream.start(spark, available_now=True), threading.Event())
+    return stream
+
+
 @contextmanager
 def running_stream(spark: Any, flow: Any, settings: Any, kafka_conf: Any) -> Iterator[FlowStream]:
     """The flow's always-on query, started and past its first progress; stopped on exit."""

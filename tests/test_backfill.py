@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from collections import Counter
 from datetime import UTC, date, datetime, timedelta
@@ -13,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from lake_readers import delta_version, duckdb_query, read_delta
-from live_stream import BackgroundProducer, running_stream, wait_for_rows
+from live_stream import BackgroundProducer, run_available_now, running_stream, wait_for_rows
 
 from tidelake.platform.produce import produce_demo_events
 from tidelake.streaming.backfill import (
@@ -23,7 +22,6 @@ from tidelake.streaming.backfill import (
     retention_problem,
     run_backfill,
 )
-from tidelake.streaming.flow_stream import FlowStream, await_query
 from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.kafka_admin import ensure_topic
 from tidelake.streaming.kafka_offsets import PartitionEnds
@@ -54,12 +52,6 @@ def flow(kafka_conf: dict[str, Any], topic_name: str) -> Any:
     flow = dataclasses.replace(CALL_EVENTS, topic=topic_name)
     ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
     return flow
-
-
-def stream_available_now(spark: Any, flow: Any, settings: Any, kafka_conf: Any) -> FlowStream:
-    stream = FlowStream(flow, settings, kafka_conf)
-    await_query(stream.start(spark, available_now=True), threading.Event())
-    return stream
 
 
 def test_window_spans_skew_before_and_lateness_after() -> None:
@@ -118,7 +110,7 @@ def test_backfill_rebuilds_what_the_stream_wrote_and_is_idempotent(
         seed=11,
         progress=False,
     )
-    stream = stream_available_now(spark, flow, engine_settings, kafka_conf)
+    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
     day = sorted(report.by_date)[-2]  # yesterday: closed, with late arrivals from today
     before = day_rows(stream.table_uri, day)
     assert before.num_rows == report.by_date[day]
@@ -147,7 +139,7 @@ def test_a_range_is_one_commit(
     spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
 ) -> None:
     report = produce_demo_events(flow, kafka_conf, count=1500, days=3, seed=12, progress=False)
-    stream = stream_available_now(spark, flow, engine_settings, kafka_conf)
+    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
     version = delta_version(stream.table_uri)
     days = sorted(report.by_date)
     result = run_backfill(

@@ -6,26 +6,19 @@ import dataclasses
 import os
 import subprocess
 import sys
-import threading
 from collections import Counter
 
 import pytest
 from flows import PAGE_VIEWS
 from lake_readers import delta_version, duckdb_query, read_delta
+from live_stream import run_available_now
 
 from tidelake.platform.produce import produce_demo_events
-from tidelake.streaming.flow_stream import FlowStream, await_query
+from tidelake.streaming.flow_stream import FlowStream
 from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.kafka_admin import TopicMissingError, ensure_topic
 
 pytestmark = pytest.mark.integration
-
-
-def run_available_now(spark, flow, settings, kafka_conf) -> FlowStream:
-    stream = FlowStream(flow, settings, kafka_conf)
-    stream.preflight()
-    await_query(stream.start(spark, available_now=True), threading.Event())
-    return stream
 
 
 def test_call_events_exactly_once_with_quarantine_and_checkpoint_resume(

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
 from typing import Any
 
 import dagster as dg
 import pytest
 from lake_readers import read_delta
+from live_stream import run_available_now
 
 from tidelake.assets.flow_keys import compaction_key, table_key
 from tidelake.platform.definitions import build_definitions
 from tidelake.platform.produce import produce_demo_events
-from tidelake.streaming.flow_stream import FlowStream, await_query
 from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.kafka_admin import ensure_topic
 
@@ -33,8 +32,7 @@ def setup(
     ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
     report = produce_demo_events(flow, kafka_conf, count=2000, days=3, seed=31, progress=False)
     settings = engine_settings.model_copy(update={"max_offsets_per_trigger": 300})
-    stream = FlowStream(flow, settings, kafka_conf)
-    await_query(stream.start(spark, available_now=True), threading.Event())
+    stream = run_available_now(spark, flow, settings, kafka_conf)
     # the definitions' own resources: Kafka from the environment, Spark's session of this run
     defs = build_definitions({flow.name: flow}, settings)
     return flow, report, stream, defs

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from live_stream import run_available_now
 
 from tidelake.platform.produce import produce_demo_events
-from tidelake.streaming.flow_stream import FlowStream, await_query
 from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.kafka_admin import ensure_topic
 from tidelake.streaming.kafka_offsets import KafkaSourceError
@@ -86,8 +85,7 @@ def test_status_of_a_real_stream(
     flow = dataclasses.replace(CALL_EVENTS, topic=topic_name)
     ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
     report = produce_demo_events(flow, kafka_conf, count=200, days=2, progress=False, seed=3)
-    stream = FlowStream(flow, engine_settings, kafka_conf)
-    await_query(stream.start(spark, available_now=True), threading.Event())
+    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
 
     batch = committed_batch(stream.checkpoint, flow.topic)
     ends = kafka_ends(kafka_conf, flow.topic)

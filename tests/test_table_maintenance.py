@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -15,10 +14,9 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 from lake_readers import duckdb_query, read_delta
-from live_stream import BackgroundProducer, running_stream, wait_for_rows
+from live_stream import BackgroundProducer, run_available_now, running_stream, wait_for_rows
 
 from tidelake.platform.produce import produce_demo_events
-from tidelake.streaming.flow_stream import FlowStream, await_query
 from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.kafka_admin import ensure_topic
 from tidelake.streaming.table_maintenance import compact_partition, vacuum_table
@@ -49,8 +47,7 @@ def test_compaction_shrinks_file_count_and_keeps_content(
     report = produce_demo_events(
         flow, kafka_conf, count=1500, late_share=0, seed=21, progress=False
     )
-    stream = FlowStream(flow, small_batches, kafka_conf)
-    await_query(stream.start(spark, available_now=True), threading.Event())
+    stream = run_available_now(spark, flow, small_batches, kafka_conf)
     (day,) = report.by_date
     before = sorted_rows(stream.table_uri)
     result = compact_partition(stream.table_uri, "date", day)
@@ -89,8 +86,7 @@ def test_forced_concurrent_compactions_never_duplicate(
     report = produce_demo_events(
         flow, kafka_conf, count=1200, late_share=0, seed=23, progress=False
     )
-    stream = FlowStream(flow, small_batches, kafka_conf)
-    await_query(stream.start(spark, available_now=True), threading.Event())
+    stream = run_available_now(spark, flow, small_batches, kafka_conf)
     (day,) = report.by_date
     with ThreadPoolExecutor(2) as pool:
         outcomes = list(
@@ -114,8 +110,7 @@ def test_vacuum_removes_orphans_and_compacted_away_files_only_past_retention(
     spark: Any, kafka_conf: dict[str, Any], flow: Any, small_batches: Any
 ) -> None:
     report = produce_demo_events(flow, kafka_conf, count=600, late_share=0, seed=24, progress=False)
-    stream = FlowStream(flow, small_batches, kafka_conf)
-    await_query(stream.start(spark, available_now=True), threading.Event())
+    stream = run_available_now(spark, flow, small_batches, kafka_conf)
     (day,) = report.by_date
     orphan = Path(stream.table_uri, f"date={day}", "part-orphan-of-a-failed-batch.parquet")
     orphan.write_bytes(b"PAR1 not committed")
