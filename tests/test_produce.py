@@ -7,14 +7,14 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from google.protobuf.message import DecodeError
 
-from tidelake.platform.produce import UNDECODABLE, ProduceReport, produce_demo_events
+from tidelake.platform.produce import TOO_LATE, UNDECODABLE, ProduceReport, produce_demo_events
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.kafka_admin import (
@@ -78,13 +78,15 @@ def _read_topic(conf: dict[str, Any], flow: FlowSpec) -> TopicContents:
                     at_end.add(message.partition())
                     continue
                 at_end.discard(message.partition())
-                _classify(flow, message.key(), message.value(), contents)
+                _classify(flow, message.key(), message.value(), message.timestamp()[1], contents)
     finally:
         consumer.close()
     return contents
 
 
-def _classify(flow: FlowSpec, key: bytes | None, value: bytes, contents: TopicContents) -> None:
+def _classify(
+    flow: FlowSpec, key: bytes | None, value: bytes, arrival_ms: int, contents: TopicContents
+) -> None:
     try:
         event = flow.message.FromString(value)
     except DecodeError:
@@ -97,6 +99,13 @@ def _classify(flow: FlowSpec, key: bytes | None, value: bytes, contents: TopicCo
     if missing:
         assert len(missing) == 1, f"poison should lack exactly one field, lacks {missing}"
         contents.poison[f"missing_{missing[0]}"] += 1
+        return
+    event_ms = getattr(event, flow.event_time_field)
+    closes_ms = (event_ms // 86_400_000 + 1) * 86_400_000 + flow.allowed_lateness // timedelta(
+        milliseconds=1
+    )
+    if arrival_ms > closes_ms:  # the engine quarantines what arrives after its date closed
+        contents.poison[TOO_LATE] += 1
         return
     event_key = getattr(event, flow.key_field)
     contents.good_keys.append(event_key)
@@ -135,7 +144,8 @@ def test_report_matches_topic_contents_over_several_days(
     _assert_matches(report, contents)
     assert report.produced == 2_000
     assert 50 <= report.malformed <= 150  # 5% of 2,000, seeded
-    assert set(report.malformed_kinds) == {
+    # too_late appears only when a late event's arrival crossed its date's close (clock-dependent)
+    assert set(report.malformed_kinds) - {TOO_LATE} == {
         UNDECODABLE,
         *(f"missing_{name}" for name in flow.validity_fields),
     }
