@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help dev venv test lint format protos check-protos unit bench bench-throughput bench-latency bench-backfill bench-quality broker clean
+.PHONY: help dev venv test lint format protos check-protos unit bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest broker clean
 
 help:
 	@echo "make dev               the whole platform locally; Dagster UI on http://127.0.0.1:3000"
@@ -45,7 +45,7 @@ test: check-protos lint
 unit: $(STAMP)
 	$(BIN)/pytest -m "not integration"
 
-bench: bench-throughput bench-latency bench-backfill bench-quality
+bench: bench-throughput bench-latency bench-backfill bench-quality bench-ingest
 
 bench-throughput: $(STAMP)
 	cd tests/bench && ../../$(BIN)/python engine_throughput.py --out ../../bench-results/throughput.json
@@ -61,6 +61,9 @@ bench-backfill: $(STAMP)
 
 bench-quality: $(STAMP)
 	cd tests/bench && ../../$(BIN)/python quality_checks.py --out ../../bench-results/quality.json
+
+bench-ingest: $(STAMP)
+	cd tests/bench && ../../$(BIN)/python ingest_load.py --out ../../bench-results/ingest.json
 
 broker: $(STAMP)
 	$(BIN)/tidelake broker

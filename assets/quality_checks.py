@@ -8,17 +8,19 @@
 - freshness: a FreshnessPolicy on the table asset (daily_freshness): yesterday's partition
   must be materialized by 04:00 UTC.
 
-The first three run by themselves when the latest partition is materialized (the supervisor
-closing the day, or a backfill), and on demand for any partition. Counts come from the Delta
-log's statistics; only the expectations read data.
+The first three run by themselves when a partition of the last 7 days is materialized (the
+supervisor closing the day, or a backfill), and on demand for any partition or range. Counts
+come from the Delta log's statistics; only the expectations read data.
 """
 
 import statistics
+from collections.abc import Callable, Iterator
 from datetime import date, timedelta
 from typing import Any
 
 import dagster as dg
 
+from tidelake.assets.automation import on_new_partitions
 from tidelake.assets.flow_keys import daily_partitions, table_key
 from tidelake.assets.partition_expectations import PartitionValidation, validate_partition
 from tidelake.streaming.flow_spec import FlowSpec
@@ -31,12 +33,36 @@ QUARANTINE_SHARE = "quarantine_share"
 FRESHNESS_DEADLINE_CRON = "0 4 * * *"
 
 
+Verdict = tuple[bool, str, dict[str, Any]]
+"""(passed, what was found, metadata) of one check on one date."""
+
+
 def build_quality_checks(flow: FlowSpec, settings: EngineSettings) -> list[Any]:
     key = table_key(flow)
     partitions = daily_partitions(flow)
     uri = str(settings.table_path(flow.table))
     quarantine_uri = str(settings.table_path(flow.quarantine_table))
-    automatic = dg.AutomationCondition.eager()
+    automatic = on_new_partitions()
+    expectations_key, volume_key, quarantine_key = (
+        dg.AssetCheckKey(key, name) for name in (EXPECTATIONS, VOLUME, QUARANTINE_SHARE)
+    )
+
+    def expectations_verdict(day: str) -> Verdict:
+        result = validate_partition(uri, flow, day)
+        return result.success, _summary(result), _expectation_metadata(result)
+
+    def volume_verdict_of(day: str) -> Verdict:
+        return volume_verdict(flow, _rows_by_date(uri, flow), day)
+
+    def quarantine_verdict(day: str) -> Verdict:
+        good = _rows_by_date(uri, flow).get(day, 0)
+        bad = _rows_by_date(quarantine_uri, flow).get(day, 0)
+        share = bad / (good + bad) if good + bad else 0.0
+        return (
+            share <= flow.max_quarantine_share,
+            f"{bad} of {good + bad} records quarantined ({share:.2%})",
+            {"quarantined": bad, "accepted": good, "share": round(share, 6)},
+        )
 
     @dg.asset_check(
         asset=key,
@@ -47,14 +73,8 @@ def build_quality_checks(flow: FlowSpec, settings: EngineSettings) -> list[Any]:
         description="The flow's Great Expectations suite on the day: columns, types, formats, "
         "enums, ranges, event time inside the day, unique keys.",
     )
-    def expectations(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        result = validate_partition(uri, flow, context.partition_key)
-        return dg.AssetCheckResult(
-            passed=result.success,
-            severity=dg.AssetCheckSeverity.ERROR,
-            description=_summary(result),
-            metadata=_expectation_metadata(result),
-        )
+    def expectations(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
+        yield from _evaluate(context, expectations_key, expectations_verdict, blocking=True)
 
     @dg.asset_check(
         asset=key,
@@ -64,13 +84,8 @@ def build_quality_checks(flow: FlowSpec, settings: EngineSettings) -> list[Any]:
         description=f"Rows of the day at least {1 - flow.volume_tolerance:.0%} of the median of "
         "the 7 days before.",
     )
-    def volume(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        passed, text, metadata = volume_verdict(
-            flow, _rows_by_date(uri, flow), context.partition_key
-        )
-        return dg.AssetCheckResult(
-            passed=passed, severity=dg.AssetCheckSeverity.WARN, description=text, metadata=metadata
-        )
+    def volume(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
+        yield from _evaluate(context, volume_key, volume_verdict_of, blocking=False)
 
     @dg.asset_check(
         asset=key,
@@ -79,19 +94,43 @@ def build_quality_checks(flow: FlowSpec, settings: EngineSettings) -> list[Any]:
         automation_condition=automatic,
         description=f"At most {flow.max_quarantine_share:.1%} of the day's records quarantined.",
     )
-    def quarantine(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        day = context.partition_key
-        good = _rows_by_date(uri, flow).get(day, 0)
-        bad = _rows_by_date(quarantine_uri, flow).get(day, 0)
-        share = bad / (good + bad) if good + bad else 0.0
-        return dg.AssetCheckResult(
-            passed=share <= flow.max_quarantine_share,
-            severity=dg.AssetCheckSeverity.WARN,
-            description=f"{bad} of {good + bad} records quarantined ({share:.2%})",
-            metadata={"quarantined": bad, "accepted": good, "share": round(share, 6)},
-        )
+    def quarantine(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
+        yield from _evaluate(context, quarantine_key, quarantine_verdict, blocking=False)
 
     return [expectations, volume, quarantine]
+
+
+def _evaluate(
+    context: dg.AssetCheckExecutionContext,
+    check: dg.AssetCheckKey,
+    verdict: Callable[[str], Verdict],
+    blocking: bool,
+) -> Iterator[Any]:
+    """One result per date: a single-date run gets an AssetCheckResult; a range run (a
+    single-run backfill) an evaluation per date, because Dagster records an AssetCheckResult of
+    a range without its partition. A failed blocking date fails the step either way; blocking
+    checks fail as ERROR, the others as WARN."""
+    severity = dg.AssetCheckSeverity.ERROR if blocking else dg.AssetCheckSeverity.WARN
+    op_context = context.op_execution_context
+    if not op_context.has_partition_key_range:
+        passed, text, metadata = verdict(context.partition_key)
+        yield dg.AssetCheckResult(
+            passed=passed, severity=severity, description=text, metadata=metadata
+        )
+        return
+    for day in op_context.partition_keys:
+        passed, text, metadata = verdict(day)
+        yield dg.AssetCheckEvaluation(
+            asset_key=check.asset_key,
+            check_name=check.name,
+            passed=passed,
+            partition=day,
+            severity=severity,
+            description=text,
+            metadata=metadata,
+            blocking=blocking,
+        )
+    yield dg.Output(None)
 
 
 def daily_freshness() -> dg.FreshnessPolicy:

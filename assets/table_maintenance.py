@@ -6,6 +6,7 @@ import dagster as dg
 from deltalake.exceptions import TableNotFoundError
 from pydantic import Field
 
+from tidelake.assets.automation import after_blocking_checks
 from tidelake.assets.flow_keys import compaction_key, daily_partitions, quarantine_key, table_key
 from tidelake.assets.table_backfill import table_pool
 from tidelake.streaming.flow_spec import FlowSpec
@@ -45,9 +46,10 @@ def build_compaction_asset(flow: FlowSpec, settings: EngineSettings) -> dg.Asset
         kinds={"delta"},
         owners=list(flow.owners),
         pool=table_pool(flow),
-        automation_condition=dg.AutomationCondition.eager(),
+        automation_condition=after_blocking_checks(),
         description=f"Small files of one date of {flow.table} rewritten into large ones. "
-        "Materialized automatically when the date closes (or is backfilled), or on demand.",
+        "Materialized automatically when the date closes (or is backfilled) and its blocking "
+        "quality checks pass, or on demand.",
         metadata={"dagster/uri": uri},
     )
     def compaction(

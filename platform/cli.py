@@ -48,6 +48,16 @@ def _clean_errors() -> Iterator[None]:
         raise CliError(str(exc)) from None
 
 
+def _configure_logging() -> None:
+    """Log lines with time and source at $TIDELAKE_LOG_LEVEL (default INFO)."""
+    import logging
+
+    logging.basicConfig(
+        level=os.environ.get("TIDELAKE_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
 def _flow_names() -> list[str]:
     from tidelake.streaming.flows import FLOWS
 
@@ -162,11 +172,23 @@ def topics_create(flows: tuple[str, ...], replication_factor: int, kafka_timeout
     help="Share of good events that arrive 1-3 hours late.",
 )
 @click.option(
+    "--duplicate-share",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="Share of good events sent twice, as a retrying producer would.",
+)
+@click.option(
     "--days",
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
     help="Spread event times over the last D UTC dates (1: event time is now).",
+)
+@click.option(
+    "--via-service",
+    metavar="HOST:PORT",
+    help="Send through the gRPC ingest service (call_events) instead of straight to Kafka.",
 )
 @click.option("--seed", type=int, help="Random seed, for reproducible messages.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
@@ -178,7 +200,9 @@ def produce(
     duration: float | None,
     malformed_share: float,
     late_share: float,
+    duplicate_share: float,
     days: int,
+    via_service: str | None,
     seed: int | None,
     progress: bool,
     kafka_timeout: float,
@@ -192,6 +216,10 @@ def produce(
     if count is None and duration is None:
         raise click.UsageError("give --count N, or --duration S (with or without --rate R)")
     (spec,) = _get_flows([flow], "'FLOW'")
+    if via_service and (spec.name != "call_events" or days != 1):
+        raise click.UsageError(
+            "--via-service sends call_events with --days 1 (the service stamps arrival times)"
+        )
     from tidelake.platform.produce import produce_demo_events
     from tidelake.streaming.kafka_admin import check_reachable, ensure_topic
 
@@ -208,9 +236,11 @@ def produce(
                 duration_s=duration,
                 malformed_share=malformed_share,
                 late_share=late_share,
+                duplicate_share=duplicate_share,
                 days=days,
                 seed=seed,
                 progress=progress,
+                via_service=via_service,
             )
         except KeyboardInterrupt:
             raise CliError("interrupted", exit_code=130) from None
@@ -250,7 +280,6 @@ def stream(
     (default .tidelake/checkpoints). A first SIGTERM/SIGINT stops after a consistent point; the
     next run resumes from the checkpoint.
     """
-    import logging
 
     (spec,) = _get_flows([flow], "'FLOW'")
     extra: dict[str, str] = {}
@@ -259,10 +288,7 @@ def stream(
         if not sep or not key.strip():
             raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="'--conf'")
         extra[key.strip()] = value
-    logging.basicConfig(
-        level=os.environ.get("TIDELAKE_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    _configure_logging()
     from tidelake.streaming.kafka_admin import KafkaAdminError
     from tidelake.streaming.kafka_offsets import KafkaSourceError
     from tidelake.streaming.runner import graceful_stop_signals, run_flow_stream
@@ -284,6 +310,69 @@ def stream(
 
 
 @main.command()
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    envvar="TIDELAKE_INGEST_HOST",
+    show_default=True,
+    help="Address to listen on [env TIDELAKE_INGEST_HOST].",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=50051,
+    envvar="TIDELAKE_INGEST_PORT",
+    show_default=True,
+    help="Port to listen on; 0 picks a free one [env TIDELAKE_INGEST_PORT].",
+)
+@click.option(
+    "--ack-timeout",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Longest an RPC waits for Kafka's acknowledgement before answering UNAVAILABLE.",
+)
+@click.option("--workers", type=click.IntRange(min=1), default=32, show_default=True)
+def serve(host: str, port: int, ack_timeout: float, workers: int) -> None:
+    """Run the gRPC ingest service for call_events until SIGTERM/Ctrl-C.
+
+    CallEventService (trackCall, trackCalls, getCallInfo), grpc.health.v1 and reflection. An
+    RPC answers OK only once Kafka acknowledged the event. On SIGTERM/Ctrl-C it stops taking
+    calls, finishes those in flight and flushes the producer.
+    """
+    _configure_logging()
+    from tidelake.platform.ingest_service import IngestSettings, start_ingest_server
+    from tidelake.streaming.flows import CALL_EVENTS
+    from tidelake.streaming.kafka_admin import KafkaUnreachableError, ensure_topic
+    from tidelake.streaming.runner import graceful_stop_signals
+    from tidelake.streaming.settings import load_engine_settings
+
+    conf = kafka_conf()
+    with _clean_errors():
+        settings = load_engine_settings()
+        try:
+            ensure_topic(conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
+        except KafkaUnreachableError as exc:
+            click.echo(f"warning: {exc}; serving anyway, health NOT_SERVING", err=True)
+    ingest = IngestSettings(host=host, port=port, ack_timeout_s=ack_timeout, workers=workers)
+    uri = str(settings.table_path(CALL_EVENTS.table))
+    with graceful_stop_signals() as stop:
+        try:
+            server = start_ingest_server(conf, uri, ingest)
+        except OSError as exc:
+            raise CliError(str(exc), exit_code=2) from None
+        click.echo(f"ingest service listening on {host}:{server.port}", err=True)
+        stop.wait()
+        left = server.stop()
+    if left:
+        raise CliError(
+            f"{left} events were still waiting for Kafka at shutdown; their senders were not "
+            "told OK, so nothing acknowledged was lost"
+        )
+
+
+@main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Dagster UI address.")
 @click.option("--port", type=click.IntRange(1, 65535), default=3000, show_default=True)
 @click.option(
@@ -293,21 +382,29 @@ def stream(
     show_default=True,
     help="Demo events per second per flow (0: no producer).",
 )
-def dev(host: str, port: int, rate: float) -> None:
-    """Run the whole platform locally: broker, topics, demo producer and `dagster dev`.
+@click.option(
+    "--ingest-port",
+    type=click.IntRange(1, 65535),
+    default=50051,
+    envvar="TIDELAKE_INGEST_PORT",
+    show_default=True,
+    help="Port of the gRPC ingest service that call_events' demo events go through.",
+)
+def dev(host: str, port: int, rate: float, ingest_port: int) -> None:
+    """Run the whole platform locally: broker, topics, ingest service, demo producer and
+    `dagster dev`.
 
     Uses KAFKA_BOOTSTRAP_SERVERS if set, else a running `tidelake broker`, else starts one.
     Ctrl-C stops everything this command started.
     """
-    import logging
-
-    logging.basicConfig(level=os.environ.get("TIDELAKE_LOG_LEVEL", "INFO"))
+    _configure_logging()
     from tidelake.platform.dev_stack import DevOptions, run_dev
     from tidelake.streaming.flows import FLOWS
 
     with _clean_errors():
         try:
-            code = run_dev(list(FLOWS.values()), DevOptions(host=host, port=port, rate=rate))
+            options = DevOptions(host=host, port=port, rate=rate, ingest_port=ingest_port)
+            code = run_dev(list(FLOWS.values()), options)
         except FileNotFoundError as exc:
             raise CliError(str(exc), exit_code=2) from None
     sys.exit(code)

@@ -1,7 +1,7 @@
 """A small client of the Dagster webserver's GraphQL API, as an external tool would use it.
 
 `tidelake dev-check` and the end-to-end tests drive Dagster only through this: server info,
-sensors, runs, asset nodes, run termination.
+sensors, runs, asset nodes, asset check results, run termination.
 """
 
 from __future__ import annotations
@@ -86,6 +86,22 @@ class DagsterWeb:
     def asset_keys(self) -> list[str]:
         data = self.query("query { assetNodes { assetKey { path } } }")
         return ["/".join(node["assetKey"]["path"]) for node in data["assetNodes"]]
+
+    def check_statuses(self, asset_path: list[str], check_name: str) -> dict[str, str]:
+        """Partition -> status (SUCCEEDED, FAILED, ...) of the newest execution of an asset
+        check on it, over its last 100 executions."""
+        data = self.query(
+            """query($key: AssetKeyInput!, $check: String!) {
+              assetCheckExecutions(assetKey: $key, checkName: $check, limit: 100) {
+                partition status
+              }
+            }""",
+            {"key": {"path": asset_path}, "check": check_name},
+        )
+        statuses: dict[str, str] = {}
+        for execution in data["assetCheckExecutions"]:  # newest first
+            statuses.setdefault(execution["partition"], execution["status"])
+        return statuses
 
     def launch_run(self, job_name: str, run_config: dict[str, Any] | None = None) -> str:
         """Launch a run of a job as the Launchpad would; its run id."""

@@ -66,6 +66,8 @@ def build_definitions(
                 target=dg.AssetSelection.all(),
                 default_status=dg.DefaultSensorStatus.RUNNING,
                 minimum_interval_seconds=30,
+                # one run per date holds a check and what it gates, so blocking works in-run
+                emit_backfills=False,
             )
         ],
     )

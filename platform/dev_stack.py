@@ -23,6 +23,7 @@ from pathlib import Path
 
 from tidelake.platform.local_broker import broker_state_file, recorded_broker, running_broker
 from tidelake.streaming.flow_spec import FlowSpec
+from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.kafka_admin import check_reachable, ensure_flow_topics
 from tidelake.streaming.settings import kafka_client_config
 
@@ -39,6 +40,8 @@ class DevOptions:
     port: int = 3000
     rate: float = 20.0
     """Demo events per second per flow; 0 starts no producer."""
+    ingest_port: int = 50051
+    """Port of the gRPC ingest service (call_events' demo events go through it)."""
     workspace: Path = Path("workspace.yaml")
 
 
@@ -76,15 +79,22 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
             conf = kafka_client_config(env)
             check_reachable(conf)
             ensure_flow_topics(conf, flows)
+            service = None
+            if CALL_EVENTS in flows:
+                stack.enter_context(_process_group(_serve_command(options), env))
+                service = f"127.0.0.1:{options.ingest_port}"
             if options.rate > 0:
                 for flow in flows:
                     if flow.demo_event is not None:
-                        stack.enter_context(_process_group(_producer_command(flow, options), env))
+                        via = service if flow == CALL_EVENTS else None
+                        command = _producer_command(flow, options, via)
+                        stack.enter_context(_process_group(command, env))
             dagster = stack.enter_context(
                 _process_group(_dagster_command(options), env, DAGSTER_STOP_GRACE_S)
             )
             print(
-                f"tidelake dev: Dagster UI on http://{options.host}:{options.port} "
+                f"tidelake dev: Dagster UI on http://{options.host}:{options.port}, "
+                f"ingest service on {service or 'none'} "
                 f"(DAGSTER_HOME={env['DAGSTER_HOME']}, Kafka {env['KAFKA_BOOTSTRAP_SERVERS']}); "
                 "Ctrl-C stops everything",
                 file=sys.stderr,
@@ -117,8 +127,8 @@ def _kafka(env: Mapping[str, str]) -> Iterator[str]:
         yield broker.bootstrap_servers
 
 
-def _producer_command(flow: FlowSpec, options: DevOptions) -> list[str]:
-    return [
+def _producer_command(flow: FlowSpec, options: DevOptions, via: str | None) -> list[str]:
+    command = [
         sys.executable,
         "-m",
         "tidelake.platform.cli",
@@ -128,7 +138,23 @@ def _producer_command(flow: FlowSpec, options: DevOptions) -> list[str]:
         str(options.rate),
         "--duration",
         str(PRODUCER_DURATION_S),
+        "--duplicate-share",
+        "0.01",
         "--no-progress",
+    ]
+    return command + (["--via-service", via] if via else [])
+
+
+def _serve_command(options: DevOptions) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "tidelake.platform.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(options.ingest_port),
     ]
 
 

@@ -1,9 +1,10 @@
 """The demo producer: realistic traffic for a flow, including the messages that break pipelines.
 
 Besides well-formed events it sends late arrivals (event time 1-3 hours back, possibly on the
-previous date) and poison messages (bytes that are not protobuf, or protobuf lacking a field the
-engine requires), so that quarantine and late-data handling are exercised. The returned report is
-exact, so tests can compare the resulting tables with it.
+previous date), producer retries (the same message again within seconds) and poison messages
+(bytes that are not protobuf, or protobuf lacking a field the engine requires), so that
+quarantine, deduplication and late-data handling are exercised. The returned report is exact, so
+tests can compare the resulting tables with it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, Message, Producer
 from google.protobuf.message import DecodeError
@@ -41,7 +42,8 @@ class ProduceError(RuntimeError):
 
 @dataclass
 class ProduceReport:
-    """What was sent, exactly: good + malformed == produced, late is a subset of good."""
+    """What was sent, exactly: good + malformed + duplicates == produced, late is a subset of
+    good."""
 
     topic: str
     produced: int
@@ -51,6 +53,8 @@ class ProduceReport:
     by_date: dict[str, int]
     """UTC date (YYYY-MM-DD) of the event time -> number of good events."""
     elapsed_s: float
+    duplicates: int = 0
+    """Repeats of good events (same key and bytes), as a producer retrying after a timeout sends."""
     malformed_kinds: dict[str, int] = field(default_factory=dict)
     """"undecodable" or "missing_<field>" -> number of poison messages of that kind."""
     keys: list[str] | None = None
@@ -66,7 +70,8 @@ class ProduceReport:
         return (
             f"produced {self.produced:,} messages to {self.topic} in {self.elapsed_s:.1f}s "
             f"({self.rate:,.0f}/s): {self.good:,} good ({self.late:,} late), "
-            f"{self.malformed:,} malformed; good by date: {dates or '-'}"
+            f"{self.duplicates:,} retried duplicates, {self.malformed:,} malformed; good by date: "
+            f"{dates or '-'}"
         )
 
 
@@ -96,40 +101,55 @@ def produce_demo_events(
     duration_s: float | None = None,
     malformed_share: float = 0.01,
     late_share: float = 0.05,
+    duplicate_share: float = 0.0,
     days: int = 1,
     seed: int | None = None,
     progress: bool = True,
     collect_keys: bool = False,
+    via_service: str | None = None,
 ) -> ProduceReport:
     """Produce demo events of flow to flow.topic and report exactly what was sent.
 
     Size the run with `count`, or `duration_s`; `rate` (events/s) paces either, otherwise
     messages go as fast as possible. `days` > 1 spreads event times over the last `days` UTC
     dates (equal shares; today's up to now). Of all messages `malformed_share` are poison; of
-    the good ones `late_share` are 1-3 hours late. The same seed gives the same messages apart
-    from event times, which follow the clock.
+    the good ones `late_share` are 1-3 hours late, and `duplicate_share` are sent twice, the
+    repeat 0-5 s after the original. The same seed gives the same messages apart
+    from event times, which follow the clock. With `via_service` ("host:port") events go through
+    the gRPC ingest service instead of straight to Kafka; poison is then events missing a field
+    (the service refuses them), and Kafka timestamps are the service's clock, so `days` must be 1.
     """
     total = _planned_count(count, rate, duration_s)
     _check_share("malformed_share", malformed_share)
     _check_share("late_share", late_share)
+    _check_share("duplicate_share", duplicate_share)
     if isinstance(days, bool) or not isinstance(days, int) or days < 1:
         raise ValueError(f"days must be an integer >= 1, got {days!r}")
     if flow.demo_event is None:
         raise ValueError(f"flow {flow.name} declares no demo_event factory to produce from")
+    if via_service is not None and days != 1:
+        raise ValueError("via_service needs days=1: the service stamps arrival with its clock")
     require_topic(conf, flow.topic)
 
     generator = _DemoMessages(
-        flow, random.Random(seed), malformed_share, late_share, days, planned=total
+        flow,
+        random.Random(seed),
+        malformed_share,
+        late_share,
+        days,
+        total,
+        duplicate_share,
+        typed_poison=via_service is not None,
     )
-    delivery = _DeliveryTracker()
-    config = producer_config(conf)
-    config.setdefault("error_cb", delivery.on_client_error)
-    config["on_delivery"] = delivery.on_delivery
-    config["delivery.report.only.error"] = True  # successes need no callback: flush proves them
-    producer = Producer(config)
+    sender: _Sender
+    if via_service is None:
+        sender = _KafkaSender(conf, flow.topic)
+    else:
+        from tidelake.platform.ingest_client import ServiceSender
+
+        sender = ServiceSender(via_service)
     keys: list[str] | None = [] if collect_keys else None
 
-    flush_timeout_s = float(config["message.timeout.ms"]) / 1000 + 10
     # Poll (serve callbacks, update the bar, check the clock) about ten times a second.
     poll_every = _POLL_EVERY if rate is None else max(1, min(_POLL_EVERY, int(rate / 10)))
     started = time.perf_counter()
@@ -146,30 +166,35 @@ def produce_demo_events(
     try:
         while total is None or produced < total:
             if produced % poll_every == 0:
-                producer.poll(0)
+                sender.poll(0)
                 bar.update(produced - bar.n)
-                delivery.raise_if_failing(flow.topic)
+                sender.raise_if_failing()
                 if time.perf_counter() >= stop_at:
                     break
             if rate is not None:
-                _wait_until(producer, started + produced / rate)
+                _wait_until(sender, started + produced / rate)
             key, value, good_key, arrival_ms = generator.next_message()
-            _produce(producer, flow.topic, key, value, arrival_ms)
+            sender.send(key, value, arrival_ms)
             produced += 1
             if keys is not None and good_key is not None:
                 keys.append(good_key)
         bar.update(produced - bar.n)
     except BaseException:
         bar.close()
-        producer.flush(min(5.0, flush_timeout_s))  # deliver what is queued, but exit promptly
+        sender.abort()  # deliver what is queued, but exit promptly
         raise
     bar.close()
-    undelivered = producer.flush(flush_timeout_s)
+    undelivered = sender.finish()
     elapsed_s = time.perf_counter() - started
-    delivery.raise_if_failing(flow.topic, produced=produced)
+    sender.raise_if_failing(produced=produced)
     if undelivered:
         raise ProduceError(
             f"{undelivered} of {produced} messages to {flow.topic} were still queued after flush"
+        )
+    if via_service is not None and sender.rejected != generator.malformed:
+        raise ProduceError(
+            f"the ingest service refused {sender.rejected} events, but {generator.malformed} "
+            "were meant to be invalid"
         )
     return generator.report(flow.topic, produced, elapsed_s, keys)
 
@@ -185,6 +210,8 @@ class _DemoMessages:
         late_share: float,
         days: int,
         planned: int | None = None,
+        duplicate_share: float = 0.0,
+        typed_poison: bool = False,
     ) -> None:
         assert flow.demo_event is not None
         self._flow = flow
@@ -194,6 +221,9 @@ class _DemoMessages:
         self._late_share = late_share
         self._days = days
         self._planned = planned
+        self._duplicate_share = duplicate_share
+        self._typed_poison = typed_poison
+        self._retry: tuple[bytes | None, bytes, None, int] | None = None
         self._sent = 0
         self._lateness_ms = flow.allowed_lateness // timedelta(milliseconds=1)
         self._validity = [
@@ -203,6 +233,7 @@ class _DemoMessages:
         self._missing_kinds = [f"missing_{name}" for name in flow.validity_fields]
         self.good = 0
         self.late = 0
+        self.duplicates = 0
         self.good_by_day: Counter[int] = Counter()
         self.malformed_kinds: Counter[str] = Counter()
 
@@ -215,6 +246,10 @@ class _DemoMessages:
         quarantines it.
         """
         rng = self._rng
+        if self._retry is not None:
+            retry, self._retry = self._retry, None
+            self.duplicates += 1
+            return retry
         arrival_ms = self._arrival()
         self._sent += 1
         if rng.random() < self._malformed_share:
@@ -235,7 +270,15 @@ class _DemoMessages:
         self.good += 1
         self.late += late
         self.good_by_day[event_time_ms // _DAY_MS] += 1
-        return key.encode(), event.SerializeToString(), key, arrival_ms
+        value = event.SerializeToString()
+        if self._duplicate_share and rng.random() < self._duplicate_share:
+            retry_ms = min(arrival_ms + rng.randint(0, 5_000), closes_ms)
+            self._retry = (key.encode(), value, None, retry_ms)
+        return key.encode(), value, key, arrival_ms
+
+    @property
+    def malformed(self) -> int:
+        return sum(self.malformed_kinds.values())
 
     def report(
         self, topic: str, produced: int, elapsed_s: float, keys: list[str] | None
@@ -248,9 +291,10 @@ class _DemoMessages:
             topic=topic,
             produced=produced,
             good=self.good,
-            malformed=sum(self.malformed_kinds.values()),
+            malformed=self.malformed,
             late=self.late,
             by_date=by_date,
+            duplicates=self.duplicates,
             elapsed_s=elapsed_s,
             malformed_kinds=dict(sorted(self.malformed_kinds.items())),
             keys=keys,
@@ -270,7 +314,7 @@ class _DemoMessages:
 
     def _poison(self, arrival_ms: int) -> tuple[bytes | None, bytes, None]:
         rng = self._rng
-        if rng.random() < 0.5:
+        if rng.random() < 0.5 and not self._typed_poison:
             self.malformed_kinds[UNDECODABLE] += 1
             return None, self._undecodable(), None
         missing = rng.randrange(len(self._validity))
@@ -299,52 +343,77 @@ class _DemoMessages:
         return b"\xff\xff\xff"  # the shape happened to parse for this message type
 
 
-class _DeliveryTracker:
-    """Collects delivery failures and fatal client errors from librdkafka callbacks."""
+class _Sender(Protocol):
+    rejected: int
 
-    def __init__(self) -> None:
+    def send(self, key: bytes | None, value: bytes, timestamp_ms: int) -> None: ...
+    def poll(self, timeout_s: float) -> None: ...
+    def raise_if_failing(self, produced: int | None = None) -> None: ...
+    def finish(self) -> int: ...
+    def abort(self) -> None: ...
+
+
+class _KafkaSender:
+    """Straight to Kafka: an idempotent acks=all producer; delivery failures are collected."""
+
+    rejected = 0
+
+    def __init__(self, conf: Mapping[str, Any], topic: str):
+        self.topic = topic
         self.failed = 0
         self.first_error: str | None = None
         self.fatal_error: str | None = None
+        config = producer_config(conf)
+        config.setdefault("error_cb", self._on_client_error)
+        config["on_delivery"] = self._on_delivery
+        config["delivery.report.only.error"] = True  # successes need no callback: flush proves
+        self._flush_timeout_s = float(config["message.timeout.ms"]) / 1000 + 10
+        self._producer = Producer(config)
 
-    def on_delivery(self, error: KafkaError | None, message: Message) -> None:
+    def send(self, key: bytes | None, value: bytes, timestamp_ms: int) -> None:
+        while True:
+            try:
+                self._producer.produce(self.topic, value, key, timestamp=timestamp_ms)
+                return
+            except BufferError:  # local queue full: serve delivery reports until there is room
+                self._producer.poll(0.05)
+
+    def poll(self, timeout_s: float) -> None:
+        self._producer.poll(timeout_s)
+
+    def finish(self) -> int:
+        return self._producer.flush(self._flush_timeout_s)
+
+    def abort(self) -> None:
+        self._producer.flush(min(5.0, self._flush_timeout_s))
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is not None:
             self.failed += 1
             self.first_error = self.first_error or error.str()
 
-    def on_client_error(self, error: KafkaError) -> None:
+    def _on_client_error(self, error: KafkaError) -> None:
         if error.fatal():
             self.fatal_error = self.fatal_error or error.str()
 
-    def raise_if_failing(self, topic: str, produced: int | None = None) -> None:
+    def raise_if_failing(self, produced: int | None = None) -> None:
         if self.fatal_error is not None:
-            raise ProduceError(f"producer to {topic} hit a fatal error: {self.fatal_error}")
+            raise ProduceError(f"producer to {self.topic} hit a fatal error: {self.fatal_error}")
         if self.failed:
             of = f" of {produced}" if produced is not None else ""
             raise ProduceError(
-                f"{self.failed}{of} messages to {topic} were not delivered "
+                f"{self.failed}{of} messages to {self.topic} were not delivered "
                 f"(first error: {self.first_error})"
             )
 
 
-def _produce(
-    producer: Producer, topic: str, key: bytes | None, value: bytes, timestamp_ms: int
-) -> None:
-    while True:
-        try:
-            producer.produce(topic, value, key, timestamp=timestamp_ms)
-            return
-        except BufferError:  # local queue full: serve delivery reports until there is room
-            producer.poll(0.05)
-
-
-def _wait_until(producer: Producer, due: float) -> None:
+def _wait_until(sender: _Sender, due: float) -> None:
     """Pace to a rate: wait (serving callbacks) only when more than 2 ms ahead of schedule."""
     ahead = due - time.perf_counter()
     if ahead <= 0.002:
         return
     while ahead > 0:
-        producer.poll(ahead)
+        sender.poll(ahead)
         ahead = due - time.perf_counter()
 
 

@@ -16,6 +16,7 @@ from pyspark.sql.streaming import StreamingQuery
 from tidelake.assets.flow_keys import table_key
 from tidelake.platform.flow_assets import STREAM_TAG
 from tidelake.platform.resources import KafkaResource
+from tidelake.streaming.dedup import rows_dropped_by_watermark
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.flow_stream import FlowStream, await_query
 from tidelake.streaming.kafka_admin import KafkaAdminError
@@ -120,6 +121,8 @@ class ProgressReporter:
         self._context = context
         self._flow = flow
         self._kafka_conf = kafka_conf
+        self._reported_batch = -1
+        self.rows_dropped_by_watermark = 0
 
     def __call__(self, query: StreamingQuery, progress: dict[str, Any] | None) -> None:
         if progress is None:
@@ -145,9 +148,22 @@ class ProgressReporter:
         }
         if lag is not None:
             metadata["lag_total"] = dg.MetadataValue.int(lag)
+        dropped = self._dropped_since_last_report(query, batch)
+        if dropped:
+            self._context.log.warning(
+                f"{query.name}: {dropped} records arrived more than the allowed lateness behind "
+                "the others and were dropped by the deduplication watermark"
+            )
+        self.rows_dropped_by_watermark += dropped
+        metadata["rows_dropped_by_watermark"] = dg.MetadataValue.int(self.rows_dropped_by_watermark)
         self._context.log_event(
             dg.AssetObservation(asset_key=table_key(self._flow), metadata=metadata)
         )
+
+    def _dropped_since_last_report(self, query: StreamingQuery, batch: int) -> int:
+        new = [p for p in query.recentProgress if p["batchId"] > self._reported_batch]
+        self._reported_batch = max(self._reported_batch, batch)
+        return sum(rows_dropped_by_watermark(p) for p in new)
 
     def _lag(self, progress: dict[str, Any]) -> int | None:
         """Kafka ends minus the end of the newest batch; None if Kafka did not answer in time."""

@@ -25,13 +25,19 @@ _sym_db = _symbol_database.Default()
 from tidelake.protos import call_pb2 as tidelake_dot_protos_dot_call__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dtidelake/protos/service.proto\x12\x0btidelake.v1\x1a\x1atidelake/protos/call.proto2\x8a\x01\n\x10\x43\x61llEventService\x12\x39\n\ttrackCall\x12\x16.tidelake.v1.CallEvent\x1a\x14.tidelake.v1.CallSid\x12;\n\x0bgetCallInfo\x12\x14.tidelake.v1.CallSid\x1a\x16.tidelake.v1.CallEventb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dtidelake/protos/service.proto\x12\x0btidelake.v1\x1a\x1atidelake/protos/call.proto\"G\n\x0e\x43\x61llEventBatch\x12\r\n\x05\x62\x61tch\x18\x01 \x01(\x04\x12&\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x16.tidelake.v1.CallEvent\"^\n\x10TrackBatchResult\x12\r\n\x05\x62\x61tch\x18\x01 \x01(\x04\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\r\x12)\n\x07refused\x18\x03 \x03(\x0b\x32\x18.tidelake.v1.TrackResult\"M\n\x0bTrackResult\x12\r\n\x05index\x18\x01 \x01(\r\x12\x10\n\x08\x63\x61ll_sid\x18\x02 \x01(\t\x12\x0c\n\x04\x63ode\x18\x03 \x01(\x05\x12\x0f\n\x07message\x18\x04 \x01(\t2\xd8\x01\n\x10\x43\x61llEventService\x12\x39\n\ttrackCall\x12\x16.tidelake.v1.CallEvent\x1a\x14.tidelake.v1.CallSid\x12L\n\ntrackCalls\x12\x1b.tidelake.v1.CallEventBatch\x1a\x1d.tidelake.v1.TrackBatchResult(\x01\x30\x01\x12;\n\x0bgetCallInfo\x12\x14.tidelake.v1.CallSid\x1a\x16.tidelake.v1.CallEventb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tidelake.protos.service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CALLEVENTSERVICE']._serialized_start=75
-  _globals['_CALLEVENTSERVICE']._serialized_end=213
+  _globals['_CALLEVENTBATCH']._serialized_start=74
+  _globals['_CALLEVENTBATCH']._serialized_end=145
+  _globals['_TRACKBATCHRESULT']._serialized_start=147
+  _globals['_TRACKBATCHRESULT']._serialized_end=241
+  _globals['_TRACKRESULT']._serialized_start=243
+  _globals['_TRACKRESULT']._serialized_end=320
+  _globals['_CALLEVENTSERVICE']._serialized_start=323
+  _globals['_CALLEVENTSERVICE']._serialized_end=539
 # @@protoc_insertion_point(module_scope)

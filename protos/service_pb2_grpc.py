@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from tidelake.protos import call_pb2 as tidelake_dot_protos_dot_call__pb2
+from tidelake.protos import service_pb2 as tidelake_dot_protos_dot_service__pb2
 
 GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__
@@ -39,6 +40,11 @@ class CallEventServiceStub:
                 request_serializer=tidelake_dot_protos_dot_call__pb2.CallEvent.SerializeToString,
                 response_deserializer=tidelake_dot_protos_dot_call__pb2.CallSid.FromString,
                 _registered_method=True)
+        self.trackCalls = channel.stream_stream(
+                '/tidelake.v1.CallEventService/trackCalls',
+                request_serializer=tidelake_dot_protos_dot_service__pb2.CallEventBatch.SerializeToString,
+                response_deserializer=tidelake_dot_protos_dot_service__pb2.TrackBatchResult.FromString,
+                _registered_method=True)
         self.getCallInfo = channel.unary_unary(
                 '/tidelake.v1.CallEventService/getCallInfo',
                 request_serializer=tidelake_dot_protos_dot_call__pb2.CallSid.SerializeToString,
@@ -50,13 +56,27 @@ class CallEventServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def trackCall(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Validates one event and answers once Kafka has acknowledged it (acks=all, idempotent
+        producer). Invalid: INVALID_ARGUMENT with a google.rpc.BadRequest naming each field.
+        Kafka unreachable or slower than the service's ack timeout: UNAVAILABLE; retrying is safe,
+        the stream drops repeats of a call_sid.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def trackCalls(self, request_iterator, context):
+        """For high-volume senders: batches of events in, one TrackBatchResult per batch out (in
+        completion order), sent once Kafka acknowledged or refused every event of the batch. Invalid
+        events are refused one by one; they do not end the stream.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def getCallInfo(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The newest stored event of a call, read from the lake; NOT_FOUND if there is none yet.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -68,6 +88,11 @@ def add_CallEventServiceServicer_to_server(servicer, server):
                     servicer.trackCall,
                     request_deserializer=tidelake_dot_protos_dot_call__pb2.CallEvent.FromString,
                     response_serializer=tidelake_dot_protos_dot_call__pb2.CallSid.SerializeToString,
+            ),
+            'trackCalls': grpc.stream_stream_rpc_method_handler(
+                    servicer.trackCalls,
+                    request_deserializer=tidelake_dot_protos_dot_service__pb2.CallEventBatch.FromString,
+                    response_serializer=tidelake_dot_protos_dot_service__pb2.TrackBatchResult.SerializeToString,
             ),
             'getCallInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.getCallInfo,
@@ -102,6 +127,33 @@ class CallEventService:
             '/tidelake.v1.CallEventService/trackCall',
             tidelake_dot_protos_dot_call__pb2.CallEvent.SerializeToString,
             tidelake_dot_protos_dot_call__pb2.CallSid.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def trackCalls(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tidelake.v1.CallEventService/trackCalls',
+            tidelake_dot_protos_dot_service__pb2.CallEventBatch.SerializeToString,
+            tidelake_dot_protos_dot_service__pb2.TrackBatchResult.FromString,
             options,
             channel_credentials,
             insecure,

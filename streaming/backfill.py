@@ -27,6 +27,7 @@ from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from tidelake.streaming.dedup import drop_repeats_in_batch
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.flow_stream import flow_source_options
 from tidelake.streaming.kafka_offsets import (
@@ -36,7 +37,7 @@ from tidelake.streaming.kafka_offsets import (
     to_json_offsets,
 )
 from tidelake.streaming.settings import EngineSettings
-from tidelake.streaming.stream_status import table_progress
+from tidelake.streaming.stream_status import table_progress, written_position
 
 log = logging.getLogger(__name__)
 _DAY = timedelta(days=1)
@@ -121,18 +122,15 @@ def stream_position(flow: FlowSpec, settings: EngineSettings) -> tuple[int, Offs
             f"table {uri} does not exist yet: start the {flow.name} stream, which creates it "
             "and reads the topic from its earliest offset"
         ) from None
-    try:
-        query_id = json.loads((checkpoint / "metadata").read_text())["id"]
-    except (OSError, ValueError, KeyError):
+    if not (checkpoint / "metadata").exists():
         raise BackfillError(
             f"no stream checkpoint in {checkpoint}: a backfill rebuilds what the {flow.name} "
             "stream has read, so start the stream first"
-        ) from None
-    batch = table.transaction_version(f"tidelake-{query_id}")
-    if batch is None:
+        )
+    written = written_position(checkpoint, table)
+    if written is None:
         raise BackfillError(f"the {flow.name} stream has not committed to {uri} yet")
-    lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
-    offsets = from_json_offsets(lines[2])
+    offsets = from_json_offsets(written)
     return table.version(), {tp: o for tp, o in offsets.items() if tp[0] == flow.topic}
 
 
@@ -171,11 +169,12 @@ def run_backfill(
         endingOffsets=json.dumps(to_json_offsets(plan.end)),
         minPartitions=str(spark.sparkContext.defaultParallelism),
     )
-    rows = (
+    rows = drop_repeats_in_batch(
         spark.read.format("tidelake-kafka")
         .options(**options)
         .load()
-        .where(F.col("_error").isNull() & F.col(flow.partition_column).isin(*plan.dates))
+        .where(F.col("_error").isNull() & F.col(flow.partition_column).isin(*plan.dates)),
+        flow,
     )
     uri = str(settings.table_path(flow.table))
     (

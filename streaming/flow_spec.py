@@ -71,6 +71,9 @@ class FlowSpec:
     """A day with fewer than (1 - tolerance) x the median rows of the 7 days before fails."""
     max_quarantine_share: float = 0.05
     """A day whose quarantined share of records is higher fails its quarantine check."""
+    dedup_key: str | None = None
+    """Field whose repeats (producer retries) the stream drops when they arrive within
+    allowed_lateness of the first; None keeps every record."""
     description: str = ""
     owners: tuple[str, ...] = ()
     expectations: ExpectationsFactory | None = field(default=None, compare=False, repr=False)
@@ -94,6 +97,11 @@ class FlowSpec:
                     f"flow {self.name}: {role} {name!r} is not a field of "
                     f"{self.message.DESCRIPTOR.full_name}"
                 )
+        if self.dedup_key is not None and self.dedup_key not in fields:
+            raise FlowSpecError(
+                f"flow {self.name}: dedup_key {self.dedup_key!r} is not a field of "
+                f"{self.message.DESCRIPTOR.full_name}"
+            )
         for name in self.required_fields:
             if name not in fields:
                 raise FlowSpecError(f"flow {self.name}: required field {name!r} does not exist")

@@ -12,7 +12,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from tidelake.streaming.checkpoint_upgrade import lacks_state, pinned_start, start_new_checkpoint
 from tidelake.streaming.decode import ProtobufDecoder
+from tidelake.streaming.dedup import drop_repeats_in_stream
 from tidelake.streaming.delta_commit import ensure_table
 from tidelake.streaming.delta_sink import SinkPlan
 from tidelake.streaming.flow_spec import FlowSpec
@@ -53,7 +55,7 @@ class FlowStream:
     def source_options(self) -> dict[str, str]:
         options = flow_source_options(self.flow, self.kafka_conf)
         options.update(
-            startingOffsets="earliest",
+            startingOffsets=pinned_start(self.checkpoint) or "earliest",
             maxOffsetsPerTrigger=str(self.settings.max_offsets_per_trigger),
         )
         return options
@@ -73,13 +75,16 @@ class FlowStream:
             self.table_uri,
             redact(self.kafka_conf),
         )
+        if self.flow.dedup_key is not None and lacks_state(self.checkpoint):
+            start_new_checkpoint(self.checkpoint, self.table_uri)
         stream = spark.readStream.format("tidelake-kafka").options(**self.source_options()).load()
         plan = SinkPlan.from_options(self.sink_options(), stream.schema)
         for layout in (plan.main, plan.quarantine):
             if layout is not None:
                 ensure_table(layout.uri, layout.schema, layout.partition_by)
         writer = (
-            stream.writeStream.format("tidelake-delta")
+            drop_repeats_in_stream(stream, self.flow)
+            .writeStream.format("tidelake-delta")
             .queryName(self.query_name)
             .options(**self.sink_options())
             .option("checkpointLocation", self.checkpoint)

@@ -8,21 +8,27 @@ from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming import demo_events
 from tidelake.streaming.flow_spec import FlowSpec
 
+CALL_SID_PATTERN = "^CA[0-9a-f]{32}$"
+ACCOUNT_SID_PATTERN = "^AC[0-9a-f]{32}$"
+MAX_CALL_DURATION_S = 86_400
+"""Shared by the quality checks and the ingest service's validation."""
+
 
 def call_event_expectations() -> list:
     """What every day of call_events must meet (Great Expectations 1.x)."""
     import great_expectations.expectations as gxe
 
-    sid = "^{}[0-9a-f]{{32}}$"
     return [
         gxe.ExpectColumnValuesToNotBeNull(column="call_sid"),
-        gxe.ExpectColumnValuesToMatchRegex(column="call_sid", regex=sid.format("CA")),
+        gxe.ExpectColumnValuesToMatchRegex(column="call_sid", regex=CALL_SID_PATTERN),
         gxe.ExpectColumnValuesToBeUnique(column="call_sid"),
         gxe.ExpectColumnValuesToNotBeNull(column="account_sid"),
-        gxe.ExpectColumnValuesToMatchRegex(column="account_sid", regex=sid.format("AC")),
+        gxe.ExpectColumnValuesToMatchRegex(column="account_sid", regex=ACCOUNT_SID_PATTERN),
         gxe.ExpectColumnValuesToBeInSet(column="call_state", value_set=["completed", "failed"]),
         gxe.ExpectColumnValuesToBeInSet(column="region", value_set=["us1", "us2", "de1"]),
-        gxe.ExpectColumnValuesToBeBetween(column="duration", min_value=0, max_value=86_400),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="duration", min_value=0, max_value=MAX_CALL_DURATION_S
+        ),
         gxe.ExpectColumnValuesToBeOfType(column="duration", type_="int64"),
     ]
 
@@ -37,6 +43,7 @@ CALL_EVENTS = FlowSpec(
     required_fields=("account_sid",),
     topic_partitions=4,
     allowed_lateness=timedelta(hours=2),
+    dedup_key="call_sid",
     description="Voice call events from the ingest service, one row per call state change.",
     owners=("team:voice-insights",),
     demo_event=demo_events.call_event,

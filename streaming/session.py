@@ -19,6 +19,11 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "4",
     # an idle stream should not plan empty batches; the Delta sink commits only real data
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+    # deduplication state on local disk, not the JVM heap: a backlog's keys can be many
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.python.worker.reuse": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # rows per Arrow batch handed to Python writers (default 10,000): fewer round trips

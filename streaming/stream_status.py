@@ -7,6 +7,7 @@ per-file statistics (no data file is read).
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -54,6 +55,26 @@ def committed_batch(checkpoint: str | Path, topic: str) -> CommittedBatch | None
             committed_at=datetime.fromtimestamp(stamp, UTC),
         )
     return None
+
+
+def written_position(checkpoint: str | Path, table: DeltaTable) -> str | None:
+    """End offsets (the offset log's JSON) of the newest batch of this checkpoint's query that the
+    table holds, or None if it holds none.
+
+    The Delta sink records each batch as the app transaction `tidelake-<query id>`; its version
+    is the batch id. This is the table's word, so a batch written but not yet marked committed
+    in the checkpoint counts.
+    """
+    root = Path(checkpoint)
+    try:
+        query_id = json.loads((root / "metadata").read_text())["id"]
+    except (OSError, ValueError, KeyError):
+        return None
+    batch = table.transaction_version(f"tidelake-{query_id}")
+    if batch is None:
+        return None
+    lines = (root / "offsets" / str(batch)).read_text().splitlines()
+    return lines[2]
 
 
 def _batch_files(folder: Path) -> dict[int, Path]:

@@ -6,6 +6,7 @@ cluster instead of starting the embedded broker.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import socket
@@ -21,13 +22,21 @@ from tidelake.streaming.settings import kafka_client_config
 
 
 @pytest.fixture(scope="session")
-def kafka_conf() -> Iterator[dict[str, Any]]:
-    """librdkafka config of the cluster the tests use."""
+def embedded_broker() -> Iterator[EmbeddedBroker | None]:
+    """The embedded broker the tests run against; None with KAFKA_BOOTSTRAP_SERVERS set."""
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
-        yield kafka_client_config()
+        yield None
         return
     with EmbeddedBroker() as broker:
-        yield {"bootstrap.servers": broker.bootstrap_servers}
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def kafka_conf(embedded_broker: EmbeddedBroker | None) -> dict[str, Any]:
+    """librdkafka config of the cluster the tests use."""
+    if embedded_broker is None:
+        return kafka_client_config()
+    return {"bootstrap.servers": embedded_broker.bootstrap_servers}
 
 
 @pytest.fixture
@@ -49,6 +58,17 @@ def call_events_topic(kafka_conf: dict[str, Any]) -> Iterator[str]:
     ensure_topic(kafka_conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
     yield CALL_EVENTS.topic
     delete_topic(kafka_conf, CALL_EVENTS.topic)
+
+
+@pytest.fixture
+def flow(kafka_conf: dict[str, Any], topic_name: str) -> Any:
+    """CALL_EVENTS on a fresh topic of its own."""
+    from tidelake.streaming.flows import CALL_EVENTS
+    from tidelake.streaming.kafka_admin import ensure_topic
+
+    flow = dataclasses.replace(CALL_EVENTS, topic=topic_name)
+    ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
+    return flow
 
 
 @pytest.fixture

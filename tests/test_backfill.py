@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections import Counter
 from datetime import UTC, date, datetime, timedelta
@@ -23,7 +22,6 @@ from tidelake.streaming.backfill import (
     run_backfill,
 )
 from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.kafka_admin import ensure_topic
 from tidelake.streaming.kafka_offsets import PartitionEnds
 
 COMPARED = [
@@ -45,13 +43,6 @@ def day_rows(uri: str, day: str) -> pa.Table:
     table = read_delta(uri).select(COMPARED)
     table = table.filter(pc.equal(table["date"], date.fromisoformat(day)))
     return table.sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
-
-
-@pytest.fixture
-def flow(kafka_conf: dict[str, Any], topic_name: str) -> Any:
-    flow = dataclasses.replace(CALL_EVENTS, topic=topic_name)
-    ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
-    return flow
 
 
 def test_window_spans_skew_before_and_lateness_after() -> None:
@@ -107,6 +98,7 @@ def test_backfill_rebuilds_what_the_stream_wrote_and_is_idempotent(
         days=3,
         late_share=0.15,
         malformed_share=0.05,
+        duplicate_share=0.05,
         seed=11,
         progress=False,
     )

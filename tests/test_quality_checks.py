@@ -12,7 +12,7 @@ import pytest
 from deltalake import write_deltalake
 from test_partition_expectations import SCHEMA, clean_rows
 
-from tidelake.assets.flow_keys import daily_partitions, table_key
+from tidelake.assets.flow_keys import compaction_key, daily_partitions, table_key
 from tidelake.assets.quality_checks import EXPECTATIONS, QUARANTINE_SHARE, VOLUME, volume_verdict
 from tidelake.platform.definitions import build_definitions
 from tidelake.streaming.flows import CALL_EVENTS
@@ -75,8 +75,11 @@ def lake(tmp_path: Path) -> EngineSettings:
     return settings
 
 
-def run_quality(settings: EngineSettings, day: str) -> tuple[dict[str, bool], set[str], Any]:
-    """Run the three checks and a downstream asset of the table for one day, in one run."""
+def run_quality(
+    settings: EngineSettings, days: str | tuple[str, str]
+) -> tuple[dict[Any, bool], set[str], Any]:
+    """Run the three checks and a downstream asset of the table for one day or a range of days
+    (first, last), in one run. Results are keyed by check name, or (check, day) for a range."""
 
     @dg.asset(deps=[KEY], partitions_def=daily_partitions(CALL_EVENTS))
     def learns_from_calls() -> None:
@@ -91,11 +94,25 @@ def run_quality(settings: EngineSettings, day: str) -> tuple[dict[str, bool], se
         dg.Definitions(assets=[learns_from_calls], jobs=[job]),
     )
     with dg.instance_for_test() as instance:
+        if isinstance(days, str):
+            run = {"partition_key": days}
+        else:
+            first, last = days
+            run = {
+                "tags": {
+                    "dagster/asset_partition_range_start": first,
+                    "dagster/asset_partition_range_end": last,
+                }
+            }
         result = defs.resolve_job_def("quality").execute_in_process(
-            instance=instance, partition_key=day, raise_on_error=False
+            instance=instance, raise_on_error=False, **run
         )
     evaluations = {
-        e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data
+        (
+            e.asset_check_evaluation_data.check_name
+            if isinstance(days, str)
+            else (e.asset_check_evaluation_data.check_name, e.asset_check_evaluation_data.partition)
+        ): e.asset_check_evaluation_data
         for e in result.all_events
         if e.event_type_value == "ASSET_CHECK_EVALUATION"
     }
@@ -130,3 +147,89 @@ def test_thin_and_poisoned_days_fail_their_checks(lake: EngineSettings) -> None:
     passed, _, evaluations = run_quality(lake, "2026-11-13")
     assert passed == {EXPECTATIONS: True, VOLUME: True, QUARANTINE_SHARE: False}
     assert evaluations[QUARANTINE_SHARE].metadata["quarantined"].value == 15
+
+
+def test_a_range_run_records_each_day_and_blocks_on_a_failing_one(lake: EngineSettings) -> None:
+    passed, materialized, evaluations = run_quality(lake, ("2026-11-10", "2026-11-12"))
+    assert passed == {
+        (EXPECTATIONS, "2026-11-10"): True,
+        (EXPECTATIONS, "2026-11-11"): False,
+        (EXPECTATIONS, "2026-11-12"): True,
+        (VOLUME, "2026-11-10"): True,
+        (VOLUME, "2026-11-11"): True,
+        (VOLUME, "2026-11-12"): False,
+        (QUARANTINE_SHARE, "2026-11-10"): True,
+        (QUARANTINE_SHARE, "2026-11-11"): True,
+        (QUARANTINE_SHARE, "2026-11-12"): True,
+    }
+    assert materialized == set()  # one run for the range: the failing day stops it all
+    assert evaluations[(EXPECTATIONS, "2026-11-11")].metadata["failed"].value == 2
+
+
+def requested(tick: Any) -> dict[str, set[str]]:
+    """What one automation tick requested: asset or check name -> dates."""
+    out = {}
+    for result in tick.results:
+        days = result.true_subset.expensively_compute_partition_keys()
+        if days:
+            key = result.key
+            out[key.name if isinstance(key, dg.AssetCheckKey) else key.path[-1]] = set(days)
+    return out
+
+
+def test_automation_checks_closed_days_and_compacts_only_those_that_pass(
+    lake: EngineSettings,
+) -> None:
+    compaction = compaction_key(CALL_EVENTS)
+    by_day = dg.define_asset_job(
+        "checks_and_compaction",
+        dg.AssetSelection.checks(*QUALITY) | dg.AssetSelection.assets(compaction),
+    )
+    expectations_only = dg.define_asset_job("expectations", dg.AssetSelection.checks(QUALITY[0]))
+    defs = dg.Definitions.merge(
+        build_definitions({"call_events": CALL_EVENTS}, lake),
+        dg.Definitions(jobs=[by_day, expectations_only]),
+    )
+    days = {"2026-11-10", "2026-11-11", "2026-11-12"}
+    now = datetime(2026, 11, 13, 12, tzinfo=UTC)
+    with dg.instance_for_test() as instance:
+        tick = dg.evaluate_automation_conditions(defs, instance, evaluation_time=now)
+        assert requested(tick) == {}
+        for day in sorted(days):  # the supervisor closes three days in one tick
+            instance.report_runless_asset_event(dg.AssetMaterialization(KEY, partition=day))
+
+        tick = dg.evaluate_automation_conditions(
+            defs, instance, evaluation_time=now, cursor=tick.cursor
+        )
+        assert requested(tick) == {
+            EXPECTATIONS: days,
+            VOLUME: days,
+            QUARANTINE_SHARE: days,
+            compaction.path[-1]: days,
+        }
+        for day in sorted(days):  # the runs automation launches: a day's checks + compaction
+            defs.resolve_job_def(by_day.name).execute_in_process(
+                instance=instance, partition_key=day, raise_on_error=False
+            )
+        compacted = instance.get_materialized_partitions(compaction)
+        assert compacted == days - {"2026-11-11"}
+
+        tick = dg.evaluate_automation_conditions(
+            defs, instance, evaluation_time=now, cursor=tick.cursor
+        )
+        assert requested(tick) == {}  # a failed day stays uncompacted
+
+        clean = rows_on("2026-11-11", 100, offset=2000)  # the day, repaired
+        write_deltalake(
+            str(lake.table_path("call_events")),
+            pa.Table.from_pylist(clean, SCHEMA),
+            mode="overwrite",
+            predicate="date = '2026-11-11'",
+        )
+        defs.resolve_job_def(expectations_only.name).execute_in_process(
+            instance=instance, tags={"dagster/partition": "2026-11-11"}
+        )
+        tick = dg.evaluate_automation_conditions(
+            defs, instance, evaluation_time=now, cursor=tick.cursor
+        )
+        assert requested(tick) == {compaction.path[-1]: {"2026-11-11"}}

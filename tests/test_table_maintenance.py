@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,18 +16,9 @@ from lake_readers import duckdb_query, read_delta
 from live_stream import BackgroundProducer, run_available_now, running_stream, wait_for_rows
 
 from tidelake.platform.produce import produce_demo_events
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.kafka_admin import ensure_topic
 from tidelake.streaming.table_maintenance import compact_partition, vacuum_table
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def flow(kafka_conf: dict[str, Any], topic_name: str) -> Any:
-    flow = dataclasses.replace(CALL_EVENTS, topic=topic_name)
-    ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
-    return flow
 
 
 @pytest.fixture
