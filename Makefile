@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help dev venv test lint format protos check-protos unit bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest broker clean
+.PHONY: help dev venv test lint format protos check-protos unit bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly broker clean
 
 help:
 	@echo "make dev               the whole platform locally; Dagster UI on http://127.0.0.1:3000"
@@ -45,7 +45,7 @@ test: check-protos lint
 unit: $(STAMP)
 	$(BIN)/pytest -m "not integration"
 
-bench: bench-throughput bench-latency bench-backfill bench-quality bench-ingest
+bench: bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly
 
 bench-throughput: $(STAMP)
 	cd tests/bench && ../../$(BIN)/python engine_throughput.py --out ../../bench-results/throughput.json
@@ -64,6 +64,9 @@ bench-quality: $(STAMP)
 
 bench-ingest: $(STAMP)
 	cd tests/bench && ../../$(BIN)/python ingest_load.py --out ../../bench-results/ingest.json
+
+bench-anomaly: $(STAMP)
+	cd tests/bench && ../../$(BIN)/python anomaly_latency.py --out ../../bench-results/anomaly.json
 
 broker: $(STAMP)
 	$(BIN)/tidelake broker

@@ -43,7 +43,7 @@ def validate_call_event(
         value = getattr(event, name)
         if not value:
             problems.append(FieldViolation(name, "is required"))
-        elif not pattern.match(value):
+        elif not pattern.fullmatch(value):
             problems.append(FieldViolation(name, f"must be {shape}, got {value[:80]!r}"))
     for name in ("call_state", "region"):
         enum = CallEvent.DESCRIPTOR.fields_by_name[name].enum_type
@@ -87,4 +87,7 @@ def _event_time_problems(event_time_ms: int, now_ms: int, flow: FlowSpec) -> lis
 
 
 def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, ValueError, OSError):
+        return f"{ms} ms since 1970 (beyond year 9999)"

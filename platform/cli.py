@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -190,6 +191,23 @@ def topics_create(flows: tuple[str, ...], replication_factor: int, kafka_timeout
     metavar="HOST:PORT",
     help="Send through the gRPC ingest service (call_events) instead of straight to Kafka.",
 )
+@click.option(
+    "--incident-every",
+    type=float,
+    callback=_must_be_positive,
+    metavar="SECONDS",
+    help="call_events: inject an incident every SECONDS (failure spike on the busiest account, "
+    "volume drop in us1, duration shift on the second account, in turn), for the anomaly "
+    "detector to find.",
+)
+@click.option(
+    "--incident-length",
+    type=float,
+    default=300.0,
+    show_default=True,
+    callback=_must_be_positive,
+    metavar="SECONDS",
+)
 @click.option("--seed", type=int, help="Random seed, for reproducible messages.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
 @_kafka_timeout_option
@@ -203,6 +221,8 @@ def produce(
     duplicate_share: float,
     days: int,
     via_service: str | None,
+    incident_every: float | None,
+    incident_length: float,
     seed: int | None,
     progress: bool,
     kafka_timeout: float,
@@ -221,6 +241,17 @@ def produce(
             "--via-service sends call_events with --days 1 (the service stamps arrival times)"
         )
     from tidelake.platform.produce import produce_demo_events
+    from tidelake.streaming.demo_events import incident_schedule
+
+    incidents = None
+    if incident_every is not None:
+        if spec.name != "call_events":
+            raise click.UsageError("--incident-every is for call_events")
+        now_ms = time.time_ns() // 1_000_000
+        horizon_s = duration if duration is not None else 7 * 86_400
+        incidents = incident_schedule(
+            now_ms, now_ms + int(horizon_s * 1000), incident_every, incident_length
+        )
     from tidelake.streaming.kafka_admin import check_reachable, ensure_topic
 
     conf = kafka_conf()
@@ -241,6 +272,7 @@ def produce(
                 seed=seed,
                 progress=progress,
                 via_service=via_service,
+                incidents=incidents,
             )
         except KeyboardInterrupt:
             raise CliError("interrupted", exit_code=130) from None
@@ -378,9 +410,24 @@ def serve(host: str, port: int, ack_timeout: float, workers: int) -> None:
 @click.option(
     "--rate",
     type=click.FloatRange(min=0),
-    default=20.0,
+    default=5.0,
     show_default=True,
-    help="Demo events per second per flow (0: no producer).",
+    help="Demo events per second per flow (0: no producer, no history).",
+)
+@click.option(
+    "--history-days",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="Days of demo history put on an empty topic first (the anomaly model learns from them).",
+)
+@click.option(
+    "--incident-every",
+    type=click.FloatRange(min=0),
+    default=900.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="The demo producer injects a 5-minute incident this often (0: never).",
 )
 @click.option(
     "--ingest-port",
@@ -390,7 +437,14 @@ def serve(host: str, port: int, ack_timeout: float, workers: int) -> None:
     show_default=True,
     help="Port of the gRPC ingest service that call_events' demo events go through.",
 )
-def dev(host: str, port: int, rate: float, ingest_port: int) -> None:
+def dev(
+    host: str,
+    port: int,
+    rate: float,
+    history_days: int,
+    incident_every: float,
+    ingest_port: int,
+) -> None:
     """Run the whole platform locally: broker, topics, ingest service, demo producer and
     `dagster dev`.
 
@@ -403,7 +457,14 @@ def dev(host: str, port: int, rate: float, ingest_port: int) -> None:
 
     with _clean_errors():
         try:
-            options = DevOptions(host=host, port=port, rate=rate, ingest_port=ingest_port)
+            options = DevOptions(
+                host=host,
+                port=port,
+                rate=rate,
+                history_days=history_days,
+                incident_every_s=incident_every,
+                ingest_port=ingest_port,
+            )
             code = run_dev(list(FLOWS.values()), options)
         except FileNotFoundError as exc:
             raise CliError(str(exc), exit_code=2) from None

@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import dagster as dg
 
+from tidelake.assets.anomaly_model import build_anomaly_model_asset
 from tidelake.assets.quality_checks import build_quality_checks
 from tidelake.assets.table_backfill import build_table_asset
 from tidelake.assets.table_maintenance import (
     build_compaction_asset,
     build_vacuum_job,
     build_vacuum_schedule,
+)
+from tidelake.platform.anomaly_detection import (
+    build_detector_job,
+    build_detector_supervisor,
+    detector_asset_specs,
 )
 from tidelake.platform.flow_assets import flow_asset_specs
 from tidelake.platform.resources import KafkaResource, engine_settings, spark_resource
@@ -21,7 +27,7 @@ from tidelake.platform.stream_jobs import build_stream_job
 from tidelake.platform.stream_sensors import build_supervisor_sensor
 from tidelake.platform.supervisor import SupervisorPolicy
 from tidelake.streaming.flow_spec import FlowSpec
-from tidelake.streaming.flows import FLOWS
+from tidelake.streaming.flows import CALL_EVENTS, FLOWS
 from tidelake.streaming.settings import EngineSettings
 
 
@@ -49,6 +55,18 @@ def flow_definitions(
     )
 
 
+def anomaly_definitions(
+    flow: FlowSpec, settings: EngineSettings, policy: SupervisorPolicy
+) -> dg.Definitions:
+    """The anomaly model (daily retraining) and the always-on detector, for call events."""
+    detector_job = build_detector_job(flow, settings)
+    return dg.Definitions(
+        assets=[build_anomaly_model_asset(flow, settings), *detector_asset_specs(flow, settings)],
+        jobs=[detector_job],
+        sensors=[build_detector_supervisor(detector_job, policy)],
+    )
+
+
 def build_definitions(
     flows: dict[str, FlowSpec] | None = None,
     settings: EngineSettings | None = None,
@@ -56,7 +74,10 @@ def build_definitions(
 ) -> dg.Definitions:
     settings = settings or engine_settings()
     policy = policy or SupervisorPolicy()
-    per_flow = [flow_definitions(f, settings, policy) for f in (flows or FLOWS).values()]
+    flows = flows or FLOWS
+    per_flow = [flow_definitions(f, settings, policy) for f in flows.values()]
+    if CALL_EVENTS.name in flows:
+        per_flow.append(anomaly_definitions(flows[CALL_EVENTS.name], settings, policy))
     shared = dg.Definitions(
         resources={"kafka": KafkaResource(), "spark": spark_resource(settings)},
         # compaction runs when a date closes: automation must be on from the start

@@ -26,6 +26,7 @@ from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.kafka_admin import check_reachable, ensure_flow_topics
 from tidelake.streaming.settings import kafka_client_config
+from tidelake.streaming.stream_status import kafka_ends
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,13 @@ DEV_TRIGGER_INTERVAL = "5 seconds"
 class DevOptions:
     host: str = "127.0.0.1"
     port: int = 3000
-    rate: float = 20.0
-    """Demo events per second per flow; 0 starts no producer."""
+    rate: float = 5.0
+    """Demo events per second per flow; 0 starts no producer (and seeds no history)."""
+    history_days: int = 2
+    """Whole days of demo history (at `rate`) put on an empty topic first, so that the anomaly
+    model has days to learn from."""
+    incident_every_s: float = 900.0
+    """The call_events producer injects a 5-minute incident this often."""
     ingest_port: int = 50051
     """Port of the gRPC ingest service (call_events' demo events go through it)."""
     workspace: Path = Path("workspace.yaml")
@@ -85,6 +91,9 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
                 service = f"127.0.0.1:{options.ingest_port}"
             if options.rate > 0:
                 for flow in flows:
+                    if flow.demo_event is not None and options.history_days > 0:
+                        _seed_history(flow, options, conf, env)
+                for flow in flows:
                     if flow.demo_event is not None:
                         via = service if flow == CALL_EVENTS else None
                         command = _producer_command(flow, options, via)
@@ -127,11 +136,39 @@ def _kafka(env: Mapping[str, str]) -> Iterator[str]:
         yield broker.bootstrap_servers
 
 
+def _seed_history(
+    flow: FlowSpec, options: DevOptions, conf: Mapping[str, str], env: Mapping[str, str]
+) -> None:
+    """On an empty topic, demo events for the last `history_days` whole days and today so far,
+    at the live rate (the model must see the traffic it will judge)."""
+    if sum(kafka_ends(dict(conf), flow.topic).values()) > 0:
+        return
+    now = time.time()
+    span_s = options.history_days * 86_400 + now % 86_400
+    count = int(span_s * options.rate)
+    print(f"tidelake dev: seeding {count:,} events of history into {flow.topic}", file=sys.stderr)
+    command = [
+        *_cli(),
+        "produce",
+        flow.name,
+        "--count",
+        str(count),
+        "--days",
+        str(options.history_days + 1),
+        "--duplicate-share",
+        "0.01",
+        "--no-progress",
+    ]
+    subprocess.run(command, env=dict(env), check=True)
+
+
+def _cli() -> list[str]:
+    return [sys.executable, "-m", "tidelake.platform.cli"]
+
+
 def _producer_command(flow: FlowSpec, options: DevOptions, via: str | None) -> list[str]:
     command = [
-        sys.executable,
-        "-m",
-        "tidelake.platform.cli",
+        *_cli(),
         "produce",
         flow.name,
         "--rate",
@@ -142,14 +179,14 @@ def _producer_command(flow: FlowSpec, options: DevOptions, via: str | None) -> l
         "0.01",
         "--no-progress",
     ]
+    if flow == CALL_EVENTS and options.incident_every_s > 0:
+        command += ["--incident-every", str(options.incident_every_s)]
     return command + (["--via-service", via] if via else [])
 
 
 def _serve_command(options: DevOptions) -> list[str]:
     return [
-        sys.executable,
-        "-m",
-        "tidelake.platform.cli",
+        *_cli(),
         "serve",
         "--host",
         "127.0.0.1",

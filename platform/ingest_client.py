@@ -32,6 +32,8 @@ class ServiceSender:
         self.accepted = 0
         self.rejected = 0
         self.failures: list[str] = []
+        """Events the service could not hand to Kafka, with its reason."""
+        self.stream_error: str | None = None
         self._sent = 0
         self._batch_size = batch_size
         self._batch = service_pb2.CallEventBatch()
@@ -69,20 +71,17 @@ class ServiceSender:
         if not self._batch.events:
             return
         self._batch.batch = self._batches
-        while True:
-            try:
-                self._queue.put(self._batch, timeout=1.0)
-                break
-            except queue.Full:  # the service is slow, or the stream has ended
-                self.raise_if_failing()
-                if not self._reader.is_alive():
-                    raise RuntimeError(f"the stream to {self.address} ended early") from None
+        self._put(self._batch)
         self._batches += 1
         self._batch = service_pb2.CallEventBatch()
 
     def raise_if_failing(self, produced: int | None = None) -> None:
         from tidelake.platform.produce import ProduceError
 
+        if self.stream_error is not None:
+            raise ProduceError(
+                f"the stream to the ingest service at {self.address} failed: {self.stream_error}"
+            )
         if self.failures:
             of = f" of {produced}" if produced is not None else ""
             raise ProduceError(
@@ -93,14 +92,28 @@ class ServiceSender:
     def finish(self) -> int:
         """End the stream and wait for every result; returns events without an answer."""
         self._send_batch()
-        self._queue.put(_END)
-        self._reader.join()
+        self._put(_END)
+        self._reader.join(timeout=120)
         self._channel.close()
+        if self.stream_error is not None:
+            return 0  # raise_if_failing reports it
         return self._sent - self.accepted - self.rejected - len(self.failures)
 
     def abort(self) -> None:
         self._results.cancel()
         self._channel.close()
+
+    def _put(self, item: Any) -> None:
+        while True:
+            try:
+                self._queue.put(item, timeout=1.0)
+                return
+            except queue.Full:  # the service is slow, or the stream has ended
+                self.raise_if_failing()
+                if not self._reader.is_alive():
+                    from tidelake.platform.produce import ProduceError
+
+                    raise ProduceError(f"the stream to {self.address} ended early") from None
 
     def _read(self) -> None:
         try:
@@ -113,4 +126,4 @@ class ServiceSender:
                         self.failures.append(f"{refusal.call_sid}: {refusal.message}")
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
-                self.failures.append(f"{exc.code().name}: {exc.details()}")
+                self.stream_error = f"{exc.code().name}: {exc.details()}"

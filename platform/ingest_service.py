@@ -38,6 +38,7 @@ from tidelake.streaming.kafka_admin import KafkaAdminError, check_reachable
 
 log = logging.getLogger(__name__)
 
+_NOTHING = object()
 RETRY_IS_SAFE = "Retrying is safe: the stream drops repeats of a call_sid."
 
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["CallEventService"].full_name
@@ -89,7 +90,9 @@ class AckingProducer:
         """Why Kafka is unreachable, as last seen; None while it answers."""
         return self._down
 
-    def send(self, key: str, value: bytes, on_done: Callable[[str | None], None]) -> None:
+    def send(
+        self, key: str, value: bytes, timestamp_ms: int, on_done: Callable[[str | None], None]
+    ) -> None:
         """Hand one record to Kafka; on_done(None) once Kafka acknowledged it, on_done(reason)
         if it was not stored (within message.timeout.ms). Raises BrokerUnavailable at once if
         the broker is known to be down or the local queue is full."""
@@ -106,7 +109,11 @@ class AckingProducer:
                 on_done(f"Kafka did not acknowledge the event: {error.str()}. {RETRY_IS_SAFE}")
 
         try:
-            self._producer.produce(self.topic, value, key.encode(), on_delivery=on_delivery)
+            # the Kafka timestamp is the time the event was validated at, so the stream's arrival
+            # rules (too late, ahead) judge it exactly as the service did
+            self._producer.produce(
+                self.topic, value, key.encode(), timestamp=timestamp_ms, on_delivery=on_delivery
+            )
         except BufferError:
             raise BrokerUnavailable(
                 "the service's Kafka queue is full (Kafka is slow or down); retry later"
@@ -146,7 +153,7 @@ class AckingProducer:
     def _on_client_error(self, error: KafkaError) -> None:
         if error.fatal():  # e.g. the idempotent producer was fenced: this client is done
             self._fatal = error.str()
-        elif error.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+        elif error.code() == KafkaError._ALL_BROKERS_DOWN:
             self._down = error.str()
 
     def _replace_producer(self) -> None:
@@ -158,7 +165,9 @@ class AckingProducer:
             old, self._producer = self._producer, Producer(self._config)
             self._fatal = None
         old.purge()
-        old.poll(0)  # delivery reports (purged) for what it held
+        deadline = time.monotonic() + 5
+        while len(old) and time.monotonic() < deadline:  # delivery reports for what it held
+            old.poll(0.1)
 
 
 class CallEventLookup:
@@ -229,12 +238,15 @@ class CallEventServicer(service_pb2_grpc.CallEventServiceServicer):
         self._flow = flow
 
     def trackCall(self, request: CallEvent, context: grpc.ServicerContext) -> CallSid:
-        problems = validate_call_event(request, _now_ms(), self._flow)
+        now_ms = _now_ms()
+        problems = validate_call_event(request, now_ms, self._flow)
         if problems:
             context.abort_with_status(_invalid_argument(problems))
         answer: futures.Future[str | None] = futures.Future()
         try:
-            self._producer.send(request.call_sid, request.SerializeToString(), answer.set_result)
+            self._producer.send(
+                request.call_sid, request.SerializeToString(), now_ms, answer.set_result
+            )
         except BrokerUnavailable as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         wait_s = self._settings.ack_timeout_s
@@ -254,35 +266,47 @@ class CallEventServicer(service_pb2_grpc.CallEventServiceServicer):
     ) -> Iterator[service_pb2.TrackBatchResult]:
         results: queue.Queue[service_pb2.TrackBatchResult | None] = queue.Queue()
         open_batches = _OpenBatches(self._settings.ack_timeout_s)
+        failure: list[str] = []
         reader = threading.Thread(
             target=self._read_batches,
-            args=(request_iterator, results, open_batches),
+            args=(request_iterator, results, open_batches, context, failure),
             name="track-calls-reader",
             daemon=True,
         )
         reader.start()
+        next_expiry = time.monotonic() + 0.25
         while True:
             try:
                 result = results.get(timeout=0.25)
             except queue.Empty:
+                result = _NOTHING
+            if time.monotonic() >= next_expiry:  # also under steady traffic
                 open_batches.expire(time.monotonic())
-                continue
+                next_expiry = time.monotonic() + 0.25
             if result is None:
-                return
-            yield result
+                break
+            if result is not _NOTHING:
+                yield result
+        if failure:
+            context.abort(grpc.StatusCode.INTERNAL, failure[0])
 
     def _read_batches(
         self,
         batches: Iterator[service_pb2.CallEventBatch],
         results: "queue.Queue[service_pb2.TrackBatchResult | None]",
         open_batches: "_OpenBatches",
+        context: grpc.ServicerContext,
+        failure: list[str],
     ) -> None:
         slots = threading.BoundedSemaphore(self._settings.max_in_flight)
         try:
             for batch in batches:
-                self._track_batch(batch, results, slots, open_batches)
+                self._track_batch(batch, results, slots, open_batches, context)
         except grpc.RpcError:
             pass  # the client went away; nothing left to answer
+        except Exception as exc:  # a bug: answer what is open, then fail the call visibly
+            log.exception("trackCalls failed")
+            failure.append(f"the ingest service failed: {exc!r}")
         finally:
             open_batches.wait_until_closed()
             results.put(None)
@@ -293,6 +317,7 @@ class CallEventServicer(service_pb2_grpc.CallEventServiceServicer):
         results: "queue.Queue[service_pb2.TrackBatchResult | None]",
         slots: threading.BoundedSemaphore,
         open_batches: "_OpenBatches",
+        context: grpc.ServicerContext,
     ) -> None:
         now_ms = _now_ms()
         refused = []
@@ -305,14 +330,19 @@ class CallEventServicer(service_pb2_grpc.CallEventServiceServicer):
                 valid.append((index, event))
         tracker = _BatchTracker(batch.batch, valid, refused, results, open_batches)
         for index, event in valid:
-            slots.acquire()
+            while not slots.acquire(timeout=0.5):  # back-pressure: Kafka is behind
+                if not context.is_active():
+                    raise grpc.RpcError("the client cancelled the stream")
+            if not tracker.waiting_for(index):  # answered UNAVAILABLE already: do not send
+                slots.release()
+                continue
 
             def settle(failure: str | None, index: int = index) -> None:
                 slots.release()
                 tracker.settle(index, failure)
 
             try:
-                self._producer.send(event.call_sid, event.SerializeToString(), settle)
+                self._producer.send(event.call_sid, event.SerializeToString(), now_ms, settle)
             except BrokerUnavailable as exc:
                 settle(str(exc))
 
@@ -404,6 +434,10 @@ class _BatchTracker:
             open_batches.opened(self)
         else:
             results.put(self._result)
+
+    def waiting_for(self, index: int) -> bool:
+        with self._lock:
+            return index in self._waiting
 
     def settle(self, index: int, failure: str | None) -> None:
         with self._lock:

@@ -24,6 +24,8 @@ from confluent_kafka import KafkaError, Message, Producer
 from google.protobuf.message import DecodeError
 from tqdm import tqdm
 
+from tidelake.protos.call_pb2 import CallEvent
+from tidelake.streaming.demo_events import Incident, with_incidents
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.kafka_admin import quiet_client_config, require_topic
 
@@ -107,6 +109,7 @@ def produce_demo_events(
     progress: bool = True,
     collect_keys: bool = False,
     via_service: str | None = None,
+    incidents: list[Incident] | None = None,
 ) -> ProduceReport:
     """Produce demo events of flow to flow.topic and report exactly what was sent.
 
@@ -118,6 +121,7 @@ def produce_demo_events(
     from event times, which follow the clock. With `via_service` ("host:port") events go through
     the gRPC ingest service instead of straight to Kafka; poison is then events missing a field
     (the service refuses them), and Kafka timestamps are the service's clock, so `days` must be 1.
+    `incidents` (call events only) change or drop the good events they touch.
     """
     total = _planned_count(count, rate, duration_s)
     _check_share("malformed_share", malformed_share)
@@ -127,6 +131,8 @@ def produce_demo_events(
         raise ValueError(f"days must be an integer >= 1, got {days!r}")
     if flow.demo_event is None:
         raise ValueError(f"flow {flow.name} declares no demo_event factory to produce from")
+    if incidents and flow.message is not CallEvent:
+        raise ValueError(f"incidents are defined for call events, not {flow.name}")
     if via_service is not None and days != 1:
         raise ValueError("via_service needs days=1: the service stamps arrival with its clock")
     require_topic(conf, flow.topic)
@@ -140,6 +146,7 @@ def produce_demo_events(
         total,
         duplicate_share,
         typed_poison=via_service is not None,
+        incidents=incidents,
     )
     sender: _Sender
     if via_service is None:
@@ -212,6 +219,7 @@ class _DemoMessages:
         planned: int | None = None,
         duplicate_share: float = 0.0,
         typed_poison: bool = False,
+        incidents: list[Incident] | None = None,
     ) -> None:
         assert flow.demo_event is not None
         self._flow = flow
@@ -223,6 +231,7 @@ class _DemoMessages:
         self._planned = planned
         self._duplicate_share = duplicate_share
         self._typed_poison = typed_poison
+        self._incidents = incidents or []
         self._retry: tuple[bytes | None, bytes, None, int] | None = None
         self._sent = 0
         self._lateness_ms = flow.allowed_lateness // timedelta(milliseconds=1)
@@ -257,6 +266,10 @@ class _DemoMessages:
         late = rng.random() < self._late_share
         event_time_ms = arrival_ms - rng.randint(_HOUR_MS, 3 * _HOUR_MS) if late else arrival_ms
         event = self._make_event(rng, event_time_ms)
+        if self._incidents:
+            changed = with_incidents(event, self._incidents, rng)
+            if changed is None:  # the incident means this call never happened
+                return self.next_message()
         for name, default in self._validity:
             if getattr(event, name) == default:
                 raise ValueError(

@@ -6,6 +6,7 @@ run as canceled. Progress goes to the run's log and to observations of the table
 """
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import dagster as dg
@@ -18,7 +19,7 @@ from tidelake.platform.flow_assets import STREAM_TAG
 from tidelake.platform.resources import KafkaResource
 from tidelake.streaming.dedup import rows_dropped_by_watermark
 from tidelake.streaming.flow_spec import FlowSpec
-from tidelake.streaming.flow_stream import FlowStream, await_query
+from tidelake.streaming.flow_stream import FlowStream, ProgressHandler, await_query
 from tidelake.streaming.kafka_admin import KafkaAdminError
 from tidelake.streaming.kafka_offsets import KafkaSourceError, from_json_offsets
 from tidelake.streaming.runner import graceful_stop_signals
@@ -87,15 +88,9 @@ def build_stream_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefiniti
         prepare_environment(run_settings.spark_master)
         session = prepare_session(spark.spark_session)
         reporter = ProgressReporter(context, flow, conf)
-        with graceful_stop_signals() as stop:
-            query = stream.start(session)
-            try:
-                await_query(query, stop, config.progress_interval_s, reporter)
-            except RuntimeError as exc:
-                raise dg.Failure(description=str(exc)) from None
-        if stop.is_set():
-            context.log.info("stream stopped gracefully; checkpoint is consistent")
-            raise dg.DagsterExecutionInterruptedError()
+        run_until_stopped(
+            context, lambda: stream.start(session), config.progress_interval_s, reporter
+        )
 
     @dg.job(
         name=stream_job_name(flow),
@@ -112,6 +107,25 @@ def build_stream_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefiniti
         run_stream()
 
     return stream_job
+
+
+def run_until_stopped(
+    context: dg.OpExecutionContext,
+    start: Callable[[], StreamingQuery],
+    progress_interval_s: float,
+    on_progress: ProgressHandler,
+) -> None:
+    """Run a query in an op until the run is terminated (SIGINT/SIGTERM: stop between batches,
+    end the run canceled) or the query fails (a Failure with its error)."""
+    with graceful_stop_signals() as stop:
+        query = start()
+        try:
+            await_query(query, stop, progress_interval_s, on_progress)
+        except RuntimeError as exc:
+            raise dg.Failure(description=str(exc)) from None
+    if stop.is_set():
+        context.log.info("stream stopped gracefully; checkpoint is consistent")
+        raise dg.DagsterExecutionInterruptedError()
 
 
 class ProgressReporter:

@@ -69,7 +69,7 @@ def build_supervisor_sensor(
         now = time.time()
         instance = context.instance
         runs = recent_runs(instance, job.name)
-        runs = [_fail_if_stale(instance, run, now) for run in runs]
+        runs = [fail_if_stale(instance, run, now) for run in runs]
         try:
             conf = kafka.client_config()
         except ConfigError as exc:
@@ -95,7 +95,7 @@ def build_supervisor_sensor(
     return supervise
 
 
-def _fail_if_stale(instance: dg.DagsterInstance, run: RunView, now: float) -> RunView:
+def fail_if_stale(instance: dg.DagsterInstance, run: RunView, now: float) -> RunView:
     """Mark a STARTED run failed when its log has been silent past STALE_RUN_AFTER_S.
 
     The default run launcher cannot health-check run workers, so a worker lost with its code

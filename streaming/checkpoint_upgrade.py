@@ -3,14 +3,16 @@
 Spark refuses to restart a query that has a stateful operator (deduplication) from a checkpoint
 written without one (STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY). The old checkpoint is
 kept beside the new one, and the new query starts exactly where the table says the old one
-stopped, so no record is lost or written twice. The start is pinned in a file inside the new
-checkpoint, because a Python data source's initial offset is not in Spark's offset log: a query
-that fails before its first commit must restart from the same place.
+stopped (main or quarantine, whichever is further), so no record is lost or written twice. The
+start is pinned in a file inside the new checkpoint, because a Python data source's initial
+offset is not in Spark's offset log: a query that fails before its first commit must restart from
+the same place.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from pathlib import Path
 
@@ -32,27 +34,49 @@ def lacks_state(checkpoint: str | Path) -> bool:
     return has_commits and not (root / "state").exists()
 
 
-def start_new_checkpoint(checkpoint: str | Path, table_uri: str) -> Path:
-    """Retire the checkpoint (renamed, never deleted) and pin the new one's start; returns the
-    retired folder."""
+def start_new_checkpoint(checkpoint: str | Path, *table_uris: str) -> Path:
+    """Retire the checkpoint (renamed, never deleted) and pin the new one's start at the newest
+    batch any of the tables (main, quarantine) holds; returns the retired folder.
+
+    The new checkpoint is staged beside the old one with its pin, then swapped in, so a crash at
+    any point leaves either the old checkpoint or a pinned new one (see recover_upgrade).
+    """
     root = Path(checkpoint)
-    try:
-        written = written_position(root, DeltaTable(table_uri))
-    except TableNotFoundError:
-        written = None
+    tables = []
+    for uri in table_uris:
+        try:
+            tables.append(DeltaTable(uri))
+        except TableNotFoundError:
+            continue
+    written = written_position(root, *tables)
+    staged = root.with_name(f"{root.name}.new")
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir(parents=True)
+    if written is not None:
+        pin = staged / START_OFFSETS_FILE
+        pin.with_suffix(".tmp").write_text(written)
+        pin.with_suffix(".tmp").rename(pin)
     retired = root.with_name(f"{root.name}.retired-{time.strftime('%Y%m%dT%H%M%S')}")
     root.rename(retired)
-    root.mkdir(parents=True)
-    if written is not None:
-        (root / START_OFFSETS_FILE).write_text(written)
+    staged.rename(root)
     log.warning(
         "checkpoint %s was written without deduplication state; it is kept as %s and the stream "
         "starts a new one at %s",
         root,
         retired,
-        written or "the topic's earliest offsets (the table holds nothing of the old query)",
+        written or "the topic's earliest offsets (the tables hold nothing of the old query)",
     )
     return retired
+
+
+def recover_upgrade(checkpoint: str | Path) -> None:
+    """Finish an upgrade that stopped between retiring the old checkpoint and swapping in the
+    staged one."""
+    root = Path(checkpoint)
+    staged = root.with_name(f"{root.name}.new")
+    if not root.exists() and staged.is_dir():
+        staged.rename(root)
+        log.warning("finished moving the staged checkpoint %s into place", root)
 
 
 def pinned_start(checkpoint: str | Path) -> str | None:

@@ -9,10 +9,11 @@ the lateness. The price is state while catching up on a backlog: old records are
 about twice the lateness of wall time, however many there are (hence RocksDB state).
 
 Batch reads (backfills) cannot use that operator. They keep a record unless the previous record
-with the same key (by Kafka timestamp, partition, offset) arrived at most the allowed lateness
-before it. Live, retries seconds apart give the same rows both ways. They can differ for repeats
-about the allowed lateness apart (the stream forgets a key only when its watermark passes, once
-per batch), and for repeats further apart read in one catch-up, which the stream drops too.
+with the same key (by partition and offset, the order the stream reads them in) arrived at most
+the allowed lateness before it. Live, retries seconds apart give the same rows both ways. They
+can differ for repeats about the allowed lateness apart (the stream forgets a key only when its
+watermark passes, once per batch), and for repeats further apart read in one catch-up, which the
+stream drops too.
 """
 
 from __future__ import annotations
@@ -46,9 +47,8 @@ def drop_repeats_in_batch(rows: DataFrame, flow: FlowSpec) -> DataFrame:
     """Decoded rows of a bounded read without repeats, by the rule the module describes."""
     if flow.dedup_key is None:
         return rows
-    by_key = Window.partitionBy(DEDUP_KEY_COLUMN).orderBy(
-        ARRIVAL_COLUMN, "kafka_partition", "kafka_offset"
-    )
+    # repeats of a key share its Kafka partition; the stream keeps the first it reads
+    by_key = Window.partitionBy(DEDUP_KEY_COLUMN).orderBy("kafka_partition", "kafka_offset")
     gap_us = F.unix_micros(ARRIVAL_COLUMN) - F.unix_micros(F.lag(ARRIVAL_COLUMN).over(by_key))
     window_us = int(flow.allowed_lateness.total_seconds() * 1_000_000)
     return (

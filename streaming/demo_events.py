@@ -1,24 +1,129 @@
-"""Realistic synthetic events for the demo producer and the benchmarks."""
+"""Realistic synthetic events for the demo producer and the benchmarks, and incidents to inject
+into them (with known start and end) so that anomaly detection can be measured."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
+from typing import Literal
 
 from tidelake.protos.call_pb2 import CallEvent
 
-_ACCOUNTS = [f"AC{random.Random(i).getrandbits(128):032x}" for i in range(25)]
+ACCOUNTS = [f"AC{random.Random(i).getrandbits(128):032x}" for i in range(25)]
+"""Demo accounts, busiest first (about 56%, 24%, 8% ... of calls)."""
 _REGIONS = [CallEvent.us1, CallEvent.us2, CallEvent.de1]
 _REGION_WEIGHTS = [0.5, 0.3, 0.2]
+FAILURE_RATE = 0.04
+
+IncidentKind = Literal["failure_spike", "volume_drop", "duration_shift"]
+INCIDENT_KINDS: tuple[IncidentKind, ...] = ("failure_spike", "volume_drop", "duration_shift")
+
+
+@dataclass(frozen=True)
+class Incident:
+    """Something going wrong for one account or region between start_ms and end_ms.
+
+    failure_spike: half the calls of `key` fail; volume_drop: 80% of the calls of `key` never
+    happen; duration_shift: calls of `key` last 3 times as long. `key` is an account_sid or a
+    region name (us1, us2, de1).
+    """
+
+    kind: IncidentKind
+    key: str
+    start_ms: int
+    end_ms: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in INCIDENT_KINDS:
+            raise ValueError(f"incident kind must be one of {INCIDENT_KINDS}, got {self.kind!r}")
+        if self.end_ms <= self.start_ms:
+            raise ValueError("an incident must end after it starts")
+
+    @property
+    def metric(self) -> str:
+        """The anomaly metric this incident shows up in."""
+        return {"failure_spike": "failure_rate", "volume_drop": "volume"}.get(
+            self.kind, "log_duration"
+        )
+
+    def touches(self, event: CallEvent) -> bool:
+        key = (
+            event.account_sid if self.key.startswith("AC") else CallEvent.Region.Name(event.region)
+        )
+        return key == self.key and self.start_ms <= event.event_time < self.end_ms
 
 
 def call_event(rng: random.Random, event_time_ms: int) -> CallEvent:
     """A call that ended at event_time_ms: a few accounts dominate, about 4% fail."""
-    failed = rng.random() < 0.04
+    failed = rng.random() < FAILURE_RATE
     return CallEvent(
         call_sid=f"CA{rng.getrandbits(128):032x}",
-        account_sid=_ACCOUNTS[min(int(rng.paretovariate(1.2)) - 1, len(_ACCOUNTS) - 1)],
+        account_sid=ACCOUNTS[min(int(rng.paretovariate(1.2)) - 1, len(ACCOUNTS) - 1)],
         duration=0 if failed else max(1, int(rng.lognormvariate(4.0, 1.0))),
         call_state=CallEvent.failed if failed else CallEvent.completed,
         region=rng.choices(_REGIONS, _REGION_WEIGHTS)[0],
         event_time=event_time_ms,
     )
+
+
+def with_incidents(
+    event: CallEvent, incidents: list[Incident], rng: random.Random
+) -> CallEvent | None:
+    """The event as the incidents change it; None if an incident means it never happened."""
+    for incident in incidents:
+        if not incident.touches(event):
+            continue
+        if incident.kind == "volume_drop" and rng.random() < 0.8:
+            return None
+        if incident.kind == "failure_spike" and rng.random() < 0.5:
+            event.call_state = CallEvent.failed
+            event.duration = 0
+        if incident.kind == "duration_shift" and event.duration:
+            event.duration = min(event.duration * 3, 86_400)
+    return event
+
+
+def incident_schedule(
+    start_ms: int, end_ms: int, every_s: float, length_s: float = 300
+) -> list[Incident]:
+    """An incident every `every_s` seconds from start_ms + every_s, `length_s` long, cycling
+    through a failure spike on the busiest account, a volume drop in the busiest region and a
+    duration shift on the second-busiest account."""
+    plan = [("failure_spike", ACCOUNTS[0]), ("volume_drop", "us1"), ("duration_shift", ACCOUNTS[1])]
+    incidents = []
+    at = start_ms + int(every_s * 1000)
+    while at < end_ms:
+        kind, key = plan[len(incidents) % len(plan)]
+        incidents.append(Incident(kind, key, at, at + int(length_s * 1000)))
+        at += int(every_s * 1000)
+    return incidents
+
+
+def scenario_events(
+    seed: int,
+    start_ms: int,
+    minutes: int,
+    calls_per_minute: float,
+    incidents: list[Incident] | None = None,
+) -> list[dict]:
+    """Demo calls spread evenly over `minutes` from start_ms, with the incidents applied, as rows
+    (event_time in ms, account_sid, region, call_state, duration) for a DataFrame."""
+    rng = random.Random(seed)
+    total = int(minutes * calls_per_minute)
+    span_ms = minutes * 60_000
+    rows = []
+    for n in range(total):
+        event = call_event(rng, start_ms + int((n + rng.random()) * span_ms / total))
+        changed = with_incidents(event, incidents or [], rng)
+        if changed is None:
+            continue
+        rows.append(
+            {
+                "event_time": changed.event_time,
+                "account_sid": changed.account_sid,
+                "region": CallEvent.Region.Name(changed.region),
+                "call_state": CallEvent.CallState.Name(changed.call_state),
+                "duration": changed.duration,
+            }
+        )
+    return rows

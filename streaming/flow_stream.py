@@ -12,7 +12,12 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from tidelake.streaming.checkpoint_upgrade import lacks_state, pinned_start, start_new_checkpoint
+from tidelake.streaming.checkpoint_upgrade import (
+    lacks_state,
+    pinned_start,
+    recover_upgrade,
+    start_new_checkpoint,
+)
 from tidelake.streaming.decode import ProtobufDecoder
 from tidelake.streaming.dedup import drop_repeats_in_stream
 from tidelake.streaming.delta_commit import ensure_table
@@ -75,8 +80,9 @@ class FlowStream:
             self.table_uri,
             redact(self.kafka_conf),
         )
+        recover_upgrade(self.checkpoint)
         if self.flow.dedup_key is not None and lacks_state(self.checkpoint):
-            start_new_checkpoint(self.checkpoint, self.table_uri)
+            start_new_checkpoint(self.checkpoint, self.table_uri, self.quarantine_uri)
         stream = spark.readStream.format("tidelake-kafka").options(**self.source_options()).load()
         plan = SinkPlan.from_options(self.sink_options(), stream.schema)
         for layout in (plan.main, plan.quarantine):

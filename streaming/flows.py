@@ -44,7 +44,7 @@ CALL_EVENTS = FlowSpec(
     topic_partitions=4,
     allowed_lateness=timedelta(hours=2),
     dedup_key="call_sid",
-    description="Voice call events from the ingest service, one row per call state change.",
+    description="Voice call events from the ingest service: one row per finished call.",
     owners=("team:voice-insights",),
     demo_event=demo_events.call_event,
     expectations=call_event_expectations,

@@ -57,23 +57,24 @@ def committed_batch(checkpoint: str | Path, topic: str) -> CommittedBatch | None
     return None
 
 
-def written_position(checkpoint: str | Path, table: DeltaTable) -> str | None:
-    """End offsets (the offset log's JSON) of the newest batch of this checkpoint's query that the
-    table holds, or None if it holds none.
+def written_position(checkpoint: str | Path, *tables: DeltaTable) -> str | None:
+    """End offsets (the offset log's JSON) of the newest batch of this checkpoint's query that
+    any of the tables holds, or None if they hold none.
 
-    The Delta sink records each batch as the app transaction `tidelake-<query id>`; its version
-    is the batch id. This is the table's word, so a batch written but not yet marked committed
-    in the checkpoint counts.
+    The Delta sink records each batch as the app transaction `tidelake-<query id>` of every table
+    it writes; its version is the batch id. This is the tables' word, so a batch written but not
+    yet marked committed in the checkpoint counts.
     """
     root = Path(checkpoint)
     try:
         query_id = json.loads((root / "metadata").read_text())["id"]
     except (OSError, ValueError, KeyError):
         return None
-    batch = table.transaction_version(f"tidelake-{query_id}")
-    if batch is None:
+    batches = [t.transaction_version(f"tidelake-{query_id}") for t in tables]
+    written = [b for b in batches if b is not None]
+    if not written:
         return None
-    lines = (root / "offsets" / str(batch)).read_text().splitlines()
+    lines = (root / "offsets" / str(max(written))).read_text().splitlines()
     return lines[2]
 
 

@@ -90,3 +90,23 @@ def test_instance_config_is_valid_for_dagster(tmp_path: Path) -> None:
         assert instance.run_monitoring_enabled and instance.run_retries_enabled
         limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
         assert limits[0]["key"] == STREAM_TAG
+
+
+def test_call_events_get_the_anomaly_model_and_a_supervised_detector(
+    two_flows: dg.Definitions,
+) -> None:
+    graph = two_flows.resolve_asset_graph()
+    model = graph.get(dg.AssetKey(["models", "call_anomaly_model"]))
+    assert model.parent_keys == {dg.AssetKey(["lake", "call_events"])}
+    assert isinstance(model.partitions_def, dg.DailyPartitionsDefinition)
+    assert model.automation_condition is not None
+    for key in (["lake", "call_anomalies"], ["kafka", "call-anomalies"]):
+        assert graph.get(dg.AssetKey(key)).parent_keys == {
+            dg.AssetKey(["kafka", "call-events"]),
+            model.key,
+        }
+    job = two_flows.resolve_job_def("call_anomaly_detector")
+    assert job.tags[STREAM_TAG] == "call_anomaly_detector"
+    sensor = two_flows.resolve_sensor_def("call_anomaly_detector_supervisor")
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    assert sensor.job_name == job.name

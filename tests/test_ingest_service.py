@@ -149,6 +149,8 @@ INVALID = [
     ({"event_time": now_ms() + 2 * HOUR_MS}, "event_time"),
     ({"event_time": now_ms() // 1000}, "event_time"),  # seconds: a closed day in 1970
     ({"event_time": now_ms() - 3 * 24 * HOUR_MS}, "event_time"),
+    ({"event_time": now_ms() * 1000}, "event_time"),  # microseconds: beyond year 9999
+    ({"call_sid": f"CA{'a' * 32}\n"}, "call_sid"),
 ]
 
 

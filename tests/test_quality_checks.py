@@ -206,6 +206,7 @@ def test_automation_checks_closed_days_and_compacts_only_those_that_pass(
             VOLUME: days,
             QUARANTINE_SHARE: days,
             compaction.path[-1]: days,
+            "call_anomaly_model": days,  # also gated by the blocking check; not run here
         }
         for day in sorted(days):  # the runs automation launches: a day's checks + compaction
             defs.resolve_job_def(by_day.name).execute_in_process(
@@ -232,4 +233,7 @@ def test_automation_checks_closed_days_and_compacts_only_those_that_pass(
         tick = dg.evaluate_automation_conditions(
             defs, instance, evaluation_time=now, cursor=tick.cursor
         )
-        assert requested(tick) == {compaction.path[-1]: {"2026-11-11"}}
+        assert requested(tick) == {
+            compaction.path[-1]: {"2026-11-11"},
+            "call_anomaly_model": {"2026-11-11"},
+        }

@@ -265,3 +265,19 @@ def test_days_past_event_time_and_lateness_are_materialized_once(
     assert all(m.metadata["files"].value == 1 for m in done)
     assert not [e for e in second.asset_events if isinstance(e, dg.AssetMaterialization)]
     assert flow.allowed_lateness == timedelta(hours=2)
+
+
+@pytest.mark.integration
+def test_the_anomaly_detector_is_supervised_like_a_stream(defs: Any, kafka_conf: Any) -> None:
+    sensor = defs.resolve_sensor_def("call_anomaly_detector_supervisor")
+    resources = {"kafka": KafkaResource(bootstrap_servers=kafka_conf["bootstrap.servers"])}
+    with dg.instance_for_test() as instance:
+        context = dg.build_sensor_context(instance=instance, definitions=defs, resources=resources)
+        (request,) = sensor(context).run_requests
+        assert request.tags[STREAM_TAG] == "call_anomaly_detector"
+        create_run_for_test(
+            instance, job_name="call_anomaly_detector", status=dg.DagsterRunStatus.STARTED
+        )
+        context = dg.build_sensor_context(instance=instance, definitions=defs, resources=resources)
+        result = sensor(context)
+    assert not result.run_requests and "is STARTED" in result.skip_reason.skip_message

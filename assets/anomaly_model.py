@@ -1,0 +1,97 @@
+"""The daily retraining of the anomaly model, as a Dagster asset.
+
+Partition D trains on the days before D and is evaluated on D, held out (see
+streaming/anomaly_training.py). Days whose `expectations` check failed are left out of training,
+and D itself waits for its blocking checks (automation: after_blocking_checks), so a bad day is
+neither learned from nor judged on. Each version is stored in the lake with its window and
+figures; the materialization shows them with a plot of baseline versus actual.
+"""
+
+import base64
+
+import dagster as dg
+from pydantic import Field
+
+from tidelake.assets.automation import after_blocking_checks
+from tidelake.assets.flow_keys import daily_partitions, table_key
+from tidelake.assets.quality_checks import EXPECTATIONS
+from tidelake.streaming.anomaly_store import MODEL_TABLE, VERSIONS_TABLE
+from tidelake.streaming.anomaly_training import TrainingError, baseline_plot, train_model
+from tidelake.streaming.flow_spec import FlowSpec
+from tidelake.streaming.session import prepare_environment, prepare_session
+from tidelake.streaming.settings import EngineSettings
+
+MODEL_KEY = dg.AssetKey(["models", "call_anomaly_model"])
+PLOTS = "call_anomaly_model_plots"
+
+
+class TrainingConfig(dg.Config):
+    training_days: int = Field(
+        default=28, ge=1, le=365, description="days before the partition's date to learn from"
+    )
+
+
+def build_anomaly_model_asset(flow: FlowSpec, settings: EngineSettings) -> dg.AssetsDefinition:
+    lake = settings.lake.resolve()
+
+    @dg.asset(
+        key=MODEL_KEY,
+        deps=[table_key(flow)],
+        partitions_def=daily_partitions(flow),
+        group_name="anomalies",
+        kinds={"spark", "delta"},
+        owners=list(flow.owners),
+        required_resource_keys={"spark"},
+        automation_condition=after_blocking_checks(),
+        description="Baselines of calls per minute, failure rate and duration per account and "
+        "region and hour of the week, trained on the days before the date and evaluated on the "
+        "date with injected incidents. The streaming detector uses the newest version.",
+        metadata={"dagster/uri": str(lake / MODEL_TABLE), "versions": str(lake / VERSIONS_TABLE)},
+    )
+    def call_anomaly_model(
+        context: dg.AssetExecutionContext, config: TrainingConfig
+    ) -> dg.MaterializeResult:
+        day = context.partition_key
+        excluded = failed_days(context.instance, flow)
+        if excluded:
+            context.log.info(f"left out of training (failed expectations): {sorted(excluded)}")
+        prepare_environment(settings.spark_master)
+        spark = prepare_session(context.resources.spark.spark_session)
+        try:
+            trained = train_model(spark, flow, settings, day, config.training_days, excluded)
+        except TrainingError as exc:
+            raise dg.Failure(description=str(exc)) from None
+        png = baseline_plot(trained)
+        plot_path = lake / PLOTS / f"{trained.info.version}.png"
+        plot_path.parent.mkdir(parents=True, exist_ok=True)
+        plot_path.write_bytes(png)
+        info = trained.info
+        return dg.MaterializeResult(
+            metadata={
+                "model_version": dg.MetadataValue.int(info.version),
+                "training_window": f"{info.train_start} .. {info.train_end}",
+                "days_used": len(info.days_used),
+                "days_excluded": dg.MetadataValue.json(info.days_excluded),
+                "precision": info.metrics["precision"],
+                "recall": info.metrics["recall"],
+                "false_alert_share": info.metrics["false_alert_share"],
+                "baselines": len(trained.baselines),
+                "plot": dg.MetadataValue.md(
+                    f"![baseline versus actual on {day}, injected incidents]"
+                    f"(data:image/png;base64,{base64.b64encode(png).decode()})"
+                ),
+                "plot_file": dg.MetadataValue.path(str(plot_path)),
+            }
+        )
+
+    return call_anomaly_model
+
+
+def failed_days(instance: dg.DagsterInstance, flow: FlowSpec, limit: int = 1000) -> frozenset[str]:
+    """Dates whose newest `expectations` check execution failed."""
+    check = dg.AssetCheckKey(table_key(flow), EXPECTATIONS)
+    newest: dict[str, str] = {}
+    for record in instance.event_log_storage.get_asset_check_execution_history(check, limit=limit):
+        if record.partition is not None:
+            newest.setdefault(record.partition, record.status.value)  # newest first
+    return frozenset(day for day, status in newest.items() if status == "FAILED")
