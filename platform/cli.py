@@ -416,7 +416,7 @@ def serve(host: str, port: int, ack_timeout: float, workers: int) -> None:
 )
 @click.option(
     "--history-days",
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, 6),  # Kafka keeps 7 days by default
     default=2,
     show_default=True,
     help="Days of demo history put on an empty topic first (the anomaly model learns from them).",

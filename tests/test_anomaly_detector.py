@@ -121,6 +121,7 @@ def test_finds_incidents_reloads_models_and_restarts_at_the_latest_offsets(
         alerts_topic=alerts_topic,
         watermark="5 seconds",
         trigger_interval="1 second",
+        scores_from_ms=t0,  # the test replays recent minutes instead of waiting for new ones
     )
     detector.preflight()
     running = RunningDetector(spark, detector)
