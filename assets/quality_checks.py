@@ -42,10 +42,6 @@ def build_quality_checks(flow: FlowSpec, settings: EngineSettings) -> list[Any]:
     partitions = daily_partitions(flow)
     uri = str(settings.table_path(flow.table))
     quarantine_uri = str(settings.table_path(flow.quarantine_table))
-    automatic = on_new_partitions()
-    expectations_key, volume_key, quarantine_key = (
-        dg.AssetCheckKey(key, name) for name in (EXPECTATIONS, VOLUME, QUARANTINE_SHARE)
-    )
 
     def expectations_verdict(day: str) -> Verdict:
         result = validate_partition(uri, flow, day)
@@ -64,40 +60,57 @@ def build_quality_checks(flow: FlowSpec, settings: EngineSettings) -> list[Any]:
             {"quarantined": bad, "accepted": good, "share": round(share, 6)},
         )
 
-    @dg.asset_check(
-        asset=key,
-        name=EXPECTATIONS,
-        partitions_def=partitions,
-        blocking=True,
-        automation_condition=automatic,
-        description="The flow's Great Expectations suite on the day: columns, types, formats, "
-        "enums, ranges, event time inside the day, unique keys.",
-    )
-    def expectations(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
-        yield from _evaluate(context, expectations_key, expectations_verdict, blocking=True)
+    checks = [
+        (
+            EXPECTATIONS,
+            expectations_verdict,
+            True,
+            "The flow's Great Expectations suite on the day: columns, types, formats, enums, "
+            "ranges, event time inside the day, unique keys.",
+        ),
+        (
+            VOLUME,
+            volume_verdict_of,
+            False,
+            f"Rows of the day at least {1 - flow.volume_tolerance:.0%} of the median of the 7 "
+            "days before.",
+        ),
+        (
+            QUARANTINE_SHARE,
+            quarantine_verdict,
+            False,
+            f"At most {flow.max_quarantine_share:.1%} of the day's records quarantined.",
+        ),
+    ]
+    return [
+        _partition_check(key, partitions, name, verdict, blocking, description)
+        for name, verdict, blocking, description in checks
+    ]
+
+
+def _partition_check(
+    asset: dg.AssetKey,
+    partitions: dg.PartitionsDefinition,
+    name: str,
+    verdict: Callable[[str], Verdict],
+    blocking: bool,
+    description: str,
+) -> dg.AssetChecksDefinition:
+    """A per-date check that runs by itself on new dates (on_new_partitions) and on demand."""
+    check = dg.AssetCheckKey(asset, name)
 
     @dg.asset_check(
-        asset=key,
-        name=VOLUME,
+        asset=asset,
+        name=name,
         partitions_def=partitions,
-        automation_condition=automatic,
-        description=f"Rows of the day at least {1 - flow.volume_tolerance:.0%} of the median of "
-        "the 7 days before.",
+        blocking=blocking,
+        automation_condition=on_new_partitions(),
+        description=description,
     )
-    def volume(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
-        yield from _evaluate(context, volume_key, volume_verdict_of, blocking=False)
+    def partition_check(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
+        yield from _evaluate(context, check, verdict, blocking)
 
-    @dg.asset_check(
-        asset=key,
-        name=QUARANTINE_SHARE,
-        partitions_def=partitions,
-        automation_condition=automatic,
-        description=f"At most {flow.max_quarantine_share:.1%} of the day's records quarantined.",
-    )
-    def quarantine(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
-        yield from _evaluate(context, quarantine_key, quarantine_verdict, blocking=False)
-
-    return [expectations, volume, quarantine]
+    return partition_check
 
 
 def _evaluate(
