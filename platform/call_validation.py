@@ -35,16 +35,10 @@ def validate_call_event(
     event: CallEvent, now_ms: int, flow: FlowSpec = CALL_EVENTS
 ) -> list[FieldViolation]:
     """Every reason the event cannot be accepted now; empty if it can."""
-    problems = []
-    for name, pattern, shape in (
-        ("call_sid", _CALL_SID, "CA followed by 32 lowercase hex digits"),
-        ("account_sid", _ACCOUNT_SID, "AC followed by 32 lowercase hex digits"),
-    ):
-        value = getattr(event, name)
-        if not value:
-            problems.append(FieldViolation(name, "is required"))
-        elif not pattern.fullmatch(value):
-            problems.append(FieldViolation(name, f"must be {shape}, got {value[:80]!r}"))
+    problems = [
+        *_sid_problems("call_sid", event.call_sid, _CALL_SID, "CA"),
+        *_sid_problems("account_sid", event.account_sid, _ACCOUNT_SID, "AC"),
+    ]
     for name in ("call_state", "region"):
         enum = CallEvent.DESCRIPTOR.fields_by_name[name].enum_type
         value = getattr(event, name)
@@ -57,6 +51,22 @@ def validate_call_event(
         problems.append(FieldViolation("duration", f"{event.duration} s is longer than a day"))
     problems.extend(_event_time_problems(event.event_time, now_ms, flow))
     return problems
+
+
+def call_sid_problems(call_sid: str) -> list[FieldViolation]:
+    """Why call_sid is not a well-formed call sid; empty if it is."""
+    return _sid_problems("call_sid", call_sid, _CALL_SID, "CA")
+
+
+def _sid_problems(
+    field: str, value: str, pattern: re.Pattern[str], prefix: str
+) -> list[FieldViolation]:
+    if not value:
+        return [FieldViolation(field, "is required")]
+    if not pattern.fullmatch(value):
+        shape = f"{prefix} followed by 32 lowercase hex digits"
+        return [FieldViolation(field, f"must be {shape}, got {value[:80]!r}")]
+    return []
 
 
 def _event_time_problems(event_time_ms: int, now_ms: int, flow: FlowSpec) -> list[FieldViolation]:

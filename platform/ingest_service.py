@@ -28,7 +28,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
-from tidelake.platform.call_validation import FieldViolation, validate_call_event
+from tidelake.platform.call_validation import (
+    FieldViolation,
+    call_sid_problems,
+    validate_call_event,
+)
 from tidelake.platform.produce import producer_config
 from tidelake.protos import service_pb2, service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent, CallSid
@@ -347,11 +351,7 @@ class CallEventServicer(service_pb2_grpc.CallEventServiceServicer):
                 settle(str(exc))
 
     def getCallInfo(self, request: CallSid, context: grpc.ServicerContext) -> CallEvent:
-        problems = [
-            p
-            for p in validate_call_event(CallEvent(call_sid=request.call_sid), 0)
-            if p.field == "call_sid"
-        ]
+        problems = call_sid_problems(request.call_sid)
         if problems:
             context.abort_with_status(_invalid_argument(problems))
         event = self._lookup.latest(request.call_sid)
