@@ -13,13 +13,14 @@ help:
 	@echo "make unit              only the tests that need neither broker nor Spark"
 	@echo "make protos            regenerate Python code from the .proto files"
 	@echo "make bench             throughput and latency benchmarks (minutes; prints figures)"
-	@echo "make broker            run the embedded Kafka-compatible broker in the foreground"
+	@echo "make broker            run a local Apache Kafka broker (KRaft) in the foreground"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml jvm/pom.xml jvm/spark/pom.xml jvm/kafka-broker/pom.xml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/tidelake install-jars --pom jvm/pom.xml
 	$(BIN)/tidelake spark-archive
 	@touch $@
 
@@ -72,4 +73,4 @@ broker: $(STAMP)
 	$(BIN)/tidelake broker
 
 clean:
-	rm -rf $(VENV) .tidelake bench-results .pytest_cache .ruff_cache
+	rm -rf $(VENV) .tidelake bench-results .pytest_cache .ruff_cache jvm/target

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
@@ -102,15 +103,16 @@ def main() -> None:
 
 @main.command()
 def broker() -> None:
-    """Run a local in-memory Kafka broker (Tansu) until Ctrl-C.
+    """Run a local Apache Kafka broker (KRaft) until Ctrl-C.
 
     Prints KAFKA_BOOTSTRAP_SERVERS=... and records the address under $TIDELAKE_HOME (default
-    .tidelake), where other tidelake commands started from this directory find it.
+    .tidelake), where other tidelake commands started from this directory find it. Topics and
+    data are kept in $TIDELAKE_HOME/kafka across restarts.
     """
-    from tidelake.platform.local_broker import broker_state_file, run_foreground
+    from tidelake.platform.local_broker import broker_state_file, kept_data_dir, run_foreground
 
     with _clean_errors():
-        sys.exit(run_foreground(broker_state_file()))
+        sys.exit(run_foreground(broker_state_file(), kept_data_dir()))
 
 
 @main.group()
@@ -492,6 +494,34 @@ def dev_check(url: str, timeout: float) -> None:
     except TimeoutError as exc:
         raise CliError(str(exc)) from None
     click.echo("tidelake dev: OK")
+
+
+@main.command("install-jars")
+@click.option(
+    "--pom",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=Path("jvm/pom.xml"),
+    show_default=True,
+    help="the pom that lists the JVM artifacts (in a tidelake clone)",
+)
+def install_jars(pom: Path) -> None:
+    """Fetch the JVM artifacts (Kafka broker, Spark's Kafka source, Delta) into the jar cache.
+
+    Maven resolves jvm/pom.xml offline first (a warm ~/.m2), then from Maven Central; jars that
+    pyspark already ships are left out. `make venv` runs it.
+    """
+    from tidelake.streaming import jvm_jars
+
+    try:
+        report = jvm_jars.install(pom)
+    except (OSError, RuntimeError) as exc:
+        raise CliError(f"could not install the JVM artifacts: {exc}") from None
+    click.echo(
+        f"JVM artifacts: {report.jars} jars, {report.size_bytes / 1e6:.0f} MB in "
+        f"{jvm_jars.jars_home()} ({report.seconds:.1f}s, "
+        f"{'offline from ~/.m2' if report.offline else 'from Maven Central'}; "
+        f"{len(report.dropped)} left out as pyspark ships them)"
+    )
 
 
 @main.command("spark-archive")

@@ -1,10 +1,10 @@
 """`tidelake dev` (what `make dev` runs): the whole platform on one machine, one command.
 
-Starts, in order: the embedded broker (unless KAFKA_BOOTSTRAP_SERVERS names a cluster), the flows'
-topics, a demo producer per flow at a modest rate, and `dagster dev` in its own process group
-with DAGSTER_HOME in the repository. Ctrl-C (or SIGTERM) stops all of it, newest first: Dagster
-gets SIGINT so stream runs stop between batches, and whatever outlives the grace period is
-killed with its whole process group.
+Starts, in order: a local Apache Kafka broker (unless KAFKA_BOOTSTRAP_SERVERS names a cluster),
+the flows' topics, a demo producer per flow at a modest rate, and `dagster dev` in its own
+process group with DAGSTER_HOME in the repository. Ctrl-C (or SIGTERM) stops all of it, newest
+first: Dagster gets SIGINT so stream runs stop between batches, and whatever outlives the grace
+period is killed with its whole process group.
 """
 
 from __future__ import annotations
@@ -21,7 +21,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidelake.platform.local_broker import broker_state_file, recorded_broker, running_broker
+from tidelake.platform.local_broker import (
+    broker_state_file,
+    kept_data_dir,
+    recorded_broker,
+    running_broker,
+)
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.kafka_admin import check_reachable, ensure_flow_topics
@@ -121,7 +126,8 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
 
 @contextlib.contextmanager
 def _kafka(env: Mapping[str, str]) -> Iterator[str]:
-    """The configured cluster, a `tidelake broker` already running, or a new embedded broker."""
+    """The configured cluster, a `tidelake broker` already running, or a new local Kafka broker
+    (its data kept under $TIDELAKE_HOME/kafka, like the lake and checkpoints)."""
     configured = env.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
     if configured:
         yield configured
@@ -132,7 +138,7 @@ def _kafka(env: Mapping[str, str]) -> Iterator[str]:
         log.info("using the local broker already running at %s", existing)
         yield existing
         return
-    with recorded_broker(state_file) as broker:
+    with recorded_broker(state_file, kept_data_dir()) as broker:
         yield broker.bootstrap_servers
 
 

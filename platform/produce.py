@@ -285,8 +285,9 @@ class _DemoMessages:
         self.good_by_day[event_time_ms // _DAY_MS] += 1
         value = event.SerializeToString()
         if self._duplicate_share and rng.random() < self._duplicate_share:
-            retry_ms = min(arrival_ms + rng.randint(0, 5_000), closes_ms)
-            self._retry = (key.encode(), value, None, retry_ms)
+            # a producer's retry resends the record as it was, timestamp included; so the demo's
+            # timestamps never decrease and the arrival rule is each record's own timestamp
+            self._retry = (key.encode(), value, None, arrival_ms)
         return key.encode(), value, key, arrival_ms
 
     @property

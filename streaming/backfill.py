@@ -1,10 +1,12 @@
 """Rebuild date partitions of a flow's table from Kafka, in one atomic Delta commit.
 
-Where date D can be in Kafka: the engine quarantines records that arrive after D closed (end of
-D plus allowed lateness) or more than max_clock_skew before their event time, so every accepted
-record of D has a Kafka timestamp in [start(D) - skew, end(D) + lateness]. A binary search over
-record timestamps (exact on any broker; the embedded broker's time lookup is not) turns that
-window into offsets per partition.
+Where date D can be in Kafka: the engine quarantines a record of D that stands behind a record
+stamped after D closed (end of D plus allowed lateness), or itself is, and one stamped more than
+max_clock_skew before its event time (decode.ProtobufDecoder._check_arrival). So every accepted
+record of D lies, per partition, between the first offset stamped at or after start(D) - skew
+and the first offset stamped after D closed: two answers of Kafka's own time index, exact for
+any timestamp type and any order of timestamps. Inside that range the read applies the same
+rule as the stream, with the same lookups, so stream and backfill agree record by record.
 
 Semantics while the stream runs: the backfill reads a snapshot V of the table, takes the
 stream's committed position E at V (its Delta app transaction names the checkpoint batch whose
@@ -103,11 +105,15 @@ def plan_backfill(
         partitions = probe.partitions([flow.topic])
         low = probe.earliest(partitions)
         _check_retention(flow, probe, low, start_ms)
-        bounds = {tp: (low[tp], max(low[tp], position.get(tp, low[tp]))) for tp in partitions}
-        start = probe.offsets_for_time(bounds, start_ms)
-        end = probe.offsets_for_time(bounds, end_ms + 1)
+        first = probe.first_offsets_after(partitions, start_ms - 1)
+        closed = probe.first_offsets_after(partitions, end_ms)
     finally:
         probe.close()
+    done = {tp: max(low[tp], position.get(tp, low[tp])) for tp in partitions}
+    end = {tp: min(done[tp], closed[tp] if closed[tp] is not None else done[tp]) for tp in done}
+    start = {
+        tp: min(end[tp], first[tp] if first[tp] is not None else end[tp]) for tp in partitions
+    }
     return BackfillPlan(flow, tuple(sorted(dates)), version, start, end, position, window)
 
 

@@ -17,7 +17,7 @@ import dataclasses
 import gc
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
@@ -180,8 +180,18 @@ class ProtobufDecoder:
             if f.type == FieldDescriptor.TYPE_ENUM
         }
 
-    def decode(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> pa.RecordBatch:
+    def decode(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[KafkaRecord],
+        first_offset_after: Callable[[int], int | None] | None = None,
+    ) -> pa.RecordBatch:
         """Decode consumed records of one topic-partition into one RecordBatch.
+
+        first_offset_after(ms) is the partition's first offset stamped after that time, from
+        Kafka's time index (None: none yet); the arrival rule needs it (see _check_arrival).
+        Without it only a record's own timestamp is judged.
 
         The cyclic garbage collector is paused meanwhile: decoding allocates two objects per
         record and no cycles, and the collector's passes cost ~30% of decode time (measured).
@@ -189,12 +199,18 @@ class ProtobufDecoder:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return self._decode(topic, partition, records)
+            return self._decode(topic, partition, records, first_offset_after)
         finally:
             if collecting:
                 gc.enable()
 
-    def _decode(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> pa.RecordBatch:
+    def _decode(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[KafkaRecord],
+        first_offset_after: Callable[[int], int | None] | None,
+    ) -> pa.RecordBatch:
         n = len(records)
         parse = self._message_class.FromString
         getter = self._getter
@@ -253,7 +269,9 @@ class ProtobufDecoder:
             for i in np.flatnonzero(missing.to_numpy(zero_copy_only=False)):
                 errors.setdefault(int(i), f"missing {name}")
 
-        self._check_arrival(event_us, np.where(kafka_ms >= 0, kafka_us, -1), errors)
+        self._check_arrival(
+            event_us, np.where(kafka_ms >= 0, kafka_us, -1), offsets, errors, first_offset_after
+        )
         bad_mask = np.zeros(n, dtype=bool)
         if errors:
             bad_mask[list(errors)] = True
@@ -282,18 +300,34 @@ class ProtobufDecoder:
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def _check_arrival(
-        self, event_us: np.ndarray, kafka_us: np.ndarray, errors: dict[int, str]
+        self,
+        event_us: np.ndarray,
+        kafka_us: np.ndarray,
+        offsets: np.ndarray,
+        errors: dict[int, str],
+        first_offset_after: Callable[[int], int | None] | None,
     ) -> None:
-        """Quarantine records whose arrival (Kafka timestamp) does not fit their event time.
+        """Quarantine records whose place in Kafka does not fit their event time.
 
-        Too late: after the end of the event's UTC date plus the allowed lateness, when the
-        date's partition is closed. Ahead: more than max_clock_skew before the event time. Both
-        rules bound where a date's records can sit in Kafka, which is what lets a backfill read
-        one date's time window and rebuild exactly what the stream wrote.
+        A date D closes at the end of D (UTC) plus the allowed lateness. A record of D is too
+        late when its partition had passed that time where it stands: its own Kafka timestamp,
+        or that of any record before it in the partition, is after D closed. Kafka's time index
+        answers that exactly ("the first offset stamped after T"), whatever the timestamp type:
+        with LogAppendTime or producers stamping send time it is plain arrival time; a producer
+        that stamps event times and sends hours late lands behind newer records and is caught;
+        history replayed in order still lands. Ahead: more than max_clock_skew before the event
+        time. Both rules bound where a date's records sit in Kafka, which is what lets a backfill
+        read exactly the offsets the stream accepted for a date (backfill.plan_backfill).
         """
         known = (event_us > 0) & (kafka_us >= 0)  # -1: the record carries no timestamp
         closes_us = (event_us // _US_PER_DAY + 1) * _US_PER_DAY + self.allowed_lateness_us
-        for i in np.flatnonzero(known & (kafka_us > closes_us)):
+        late = known & (kafka_us > closes_us)
+        if first_offset_after is not None:
+            for close_us in np.unique(closes_us[known & ~late]):
+                bound = first_offset_after(int(close_us) // 1000)
+                if bound is not None:
+                    late |= known & (closes_us == close_us) & (offsets >= bound)
+        for i in np.flatnonzero(late):
             day = np.datetime64(int(event_us[i] // _US_PER_DAY), "D")
             errors.setdefault(int(i), f"too late: arrived after {day} closed")
         for i in np.flatnonzero(known & (event_us > kafka_us + self.max_clock_skew_us)):

@@ -1,9 +1,10 @@
-"""Kafka offsets for the source: exact partition ends, offset JSON, range planning.
+"""Kafka offsets for the source: partition ends, Kafka's time index, offset JSON, range planning.
 
-Ends come from the high watermark carried in a FETCH response, not from ListOffsets: the
-embedded broker answers ListOffsets(latest) with the start of its newest batch (short by up to
-one producer batch), and a source that trusted it would stop short at the end of a topic. One
-fetch per partition, starting at the last known end, is cheap and exact on every broker.
+Ends are Kafka's ListOffsets answers under read_committed: the last stable offset, so a range
+never reaches into a transaction that is still open. Time lookups use Kafka's own time index
+(ListOffsets by timestamp): the first offset whose timestamp is at or after a time, exact even
+when producers stamp records out of order (CreateTime), because the index keeps the largest
+timestamp seen so far.
 """
 
 from __future__ import annotations
@@ -134,17 +135,18 @@ def consumer_config(kafka_conf: Mapping[str, str], group_prefix: str) -> dict[st
         "fetch.wait.max.ms": 10,
         "socket.connection.setup.timeout.ms": 10_000,
         "allow.auto.create.topics": False,
+        # librdkafka's default too; said here because exactly-once depends on it: records of
+        # aborted transactions are skipped and ends stop at the last stable offset
+        "isolation.level": "read_committed",
     }
     conf.update(kafka_conf)
     return quiet_client_config(conf)
 
 
 class PartitionEnds:
-    """Driver-side view of topic partitions and their exact end offsets."""
+    """Driver-side view of topic partitions, their offsets and Kafka's time index."""
 
     def __init__(self, kafka_conf: Mapping[str, str], group_prefix: str, timeout_s: float):
-        # No small fetch.message.max.bytes here, though the probe discards the data: the
-        # embedded broker then leaves fetches unanswered for seconds (measured: 3 s stalls).
         self._consumer = Consumer(consumer_config(kafka_conf, group_prefix))
         self._timeout_s = timeout_s
         self._servers = kafka_conf.get("bootstrap.servers", "?")
@@ -185,42 +187,27 @@ class PartitionEnds:
             out[(topic, partition)] = low
         return out
 
-    def latest(self, hints: Offsets) -> Offsets:
-        """Exact end offsets: one fetch per partition from its hint; its high watermark."""
-        pending = dict(hints)
-        low = self.earliest([tp for tp, o in pending.items() if o < 0])
-        for tp, o in low.items():
-            pending[tp] = o
-        ends: Offsets = {}
-        deadline = time.monotonic() + self._timeout_s
-        while pending:
-            self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in pending.items()])
+    def latest(self, tps: Iterable[TopicPartitionKey]) -> Offsets:
+        """End offsets a read_committed reader can reach (the last stable offset)."""
+        out: Offsets = {}
+        for topic, partition in tps:
             try:
-                while pending and time.monotonic() < deadline:
-                    for msg in self._consumer.consume(num_messages=1000, timeout=0.005):
-                        tp = (msg.topic(), msg.partition())
-                        if tp not in pending:
-                            continue
-                        err = msg.error()
-                        if err is not None and err.code() in _OUT_OF_RANGE:
-                            # the hint was deleted by retention (or is past a truncated end)
-                            pending[tp] = self.earliest([tp])[tp]
-                            raise _Reassign
-                        if err is not None and err.code() != KafkaError._PARTITION_EOF:
-                            raise KafkaSourceError(f"fetch from {tp[0]}/{tp[1]} failed: {err}")
-                        _, high = self._consumer.get_watermark_offsets(
-                            TopicPartition(*tp), cached=True
-                        )
-                        if high >= 0:
-                            ends[tp] = high
-                            del pending[tp]
-            except _Reassign:
-                continue
-            finally:
-                self._consumer.unassign()
-            if pending:
-                raise self._no_response(pending)
-        return ends
+                _, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=self._timeout_s, cached=False
+                )
+            except KafkaException as exc:
+                raise KafkaSourceError(
+                    f"cannot read offsets of {topic}/{partition} from {self._servers}: {exc}"
+                ) from exc
+            out[(topic, partition)] = high
+        return out
+
+    def first_offsets_after(
+        self, tps: Iterable[TopicPartitionKey], ts_ms: int
+    ) -> dict[TopicPartitionKey, int | None]:
+        """Per partition, the first offset whose record's timestamp is > ts_ms, from Kafka's time
+        index; None where no readable record has one yet."""
+        return first_offsets_after(self._consumer, tps, ts_ms, self._timeout_s)
 
     def _no_response(self, pending: Mapping[TopicPartitionKey, int]) -> KafkaSourceError:
         return KafkaSourceError(
@@ -255,38 +242,24 @@ class PartitionEnds:
             raise self._no_response(pending)
         return found
 
-    def offsets_for_time(
-        self, bounds: Mapping[TopicPartitionKey, tuple[int, int]], ts_ms: int
-    ) -> Offsets:
-        """First offset in [low, high) whose record's timestamp is >= ts_ms (high if none).
 
-        A binary search over the records themselves, all partitions in lockstep: Kafka's own
-        ListOffsets-by-time is wrong on the embedded broker (it compares arrival times), and one
-        fetch per step is exact on any broker. Assumes timestamps that do not decrease along a
-        partition, which holds for broker append time and, within clock skew, for producers'.
-        """
-        lo = {tp: low for tp, (low, _) in bounds.items()}
-        hi = {tp: high for tp, (_, high) in bounds.items()}
-        step = 0
-        while any(lo[tp] < hi[tp] for tp in lo):
-            # the last and the first record first: a window often covers a whole partition's
-            # end or start (recent dates, short retention), and then one fetch settles it
-            mids = {
-                tp: (hi[tp] - 1, lo[tp], (lo[tp] + hi[tp]) // 2)[min(step, 2)]
-                for tp in lo
-                if lo[tp] < hi[tp]
-            }
-            step += 1
-            for tp, record in self.records_at(mids).items():
-                if record is None or record[1] >= ts_ms:
-                    hi[tp] = mids[tp]
-                else:
-                    lo[tp] = record[0] + 1
-        return lo
+def first_offsets_after(
+    consumer: Consumer, tps: Iterable[TopicPartitionKey], ts_ms: int, timeout_s: float
+) -> dict[TopicPartitionKey, int | None]:
+    """Kafka's time index through a connected consumer (see PartitionEnds.first_offsets_after).
 
-
-class _Reassign(Exception):
-    pass
-
-
-_OUT_OF_RANGE = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
+    Under read_committed, Kafka answers "none" for an offset at or past the last stable offset.
+    """
+    wanted = [TopicPartition(t, p, ts_ms + 1) for t, p in tps]
+    if not wanted:
+        return {}
+    try:
+        found = consumer.offsets_for_times(wanted, timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaSourceError(f"Kafka's time index did not answer for {ts_ms}: {exc}") from exc
+    out: dict[TopicPartitionKey, int | None] = {}
+    for tp in found:
+        if tp.error is not None:
+            raise KafkaSourceError(f"time lookup in {tp.topic}/{tp.partition} failed: {tp.error}")
+        out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
+    return out

@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +54,7 @@ from tidelake.streaming.kafka_offsets import (
     Offsets,
     PartitionEnds,
     consumer_config,
+    first_offsets_after,
     from_json_offsets,
     plan_ranges,
     rate_limit,
@@ -262,11 +263,7 @@ class _OffsetResolver:
         if spec == "earliest":
             return self.ends.earliest(tps)
         if spec == "latest":
-            return (
-                known_latest
-                if known_latest is not None
-                else self.ends.latest(dict.fromkeys(tps, EARLIEST))
-            )
+            return known_latest if known_latest is not None else self.ends.latest(tps)
         assert isinstance(spec, dict)
         missing = [f"{t}/{p}" for t, p in tps if (t, p) not in spec]
         if missing:
@@ -276,9 +273,9 @@ class _OffsetResolver:
             )
         out = {tp: spec[tp] for tp in tps}
         need_low = [tp for tp, o in out.items() if o == EARLIEST]
-        need_high = {tp: EARLIEST for tp, o in out.items() if o == LATEST}
+        need_high = [tp for tp, o in out.items() if o == LATEST]
         out.update(self.ends.earliest(need_low))
-        out.update(self.ends.latest(need_high) if need_high else {})
+        out.update(self.ends.latest(need_high))
         return out
 
     def close(self) -> None:
@@ -308,16 +305,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         tps = self._resolver.ends.partitions(self.options.topics)
-        self._available_now_end = self._resolver.ends.latest(dict.fromkeys(tps, EARLIEST))
+        self._available_now_end = self._resolver.ends.latest(tps)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         start_offsets = from_json_offsets(start)
         if self._available_now_end is not None:
             end = dict(self._available_now_end)
         else:
-            tps = self._resolver.ends.partitions(self.options.topics)
-            hints = {tp: start_offsets.get(tp, EARLIEST) for tp in tps}
-            end = self._resolver.ends.latest(hints)
+            end = self._resolver.ends.latest(self._resolver.ends.partitions(self.options.topics))
         for tp in end:
             if tp not in start_offsets:  # a partition added since the last batch
                 start_offsets[tp] = self._resolver.ends.earliest([tp])[tp]
@@ -421,9 +416,10 @@ def read_partition(partition: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
     healthy = False
     try:
         for r in partition.ranges:
+            closed_from = _closing_offsets(consumer, r, options)
             for records in _consume_range(consumer, r, options):
                 if options.decoder is not None:
-                    yield options.decoder.decode(r.topic, r.partition, records)
+                    yield options.decoder.decode(r.topic, r.partition, records, closed_from)
                 else:
                     yield _raw_batch(r, records)
         healthy = True
@@ -433,6 +429,27 @@ def read_partition(partition: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
             _release_consumer(key, consumer)
         else:
             consumer.close()
+
+
+def _closing_offsets(
+    consumer: Consumer, r: OffsetRange, options: KafkaSourceOptions
+) -> Callable[[int], int | None]:
+    """The partition's "first offset stamped after T" from Kafka's time index, for the arrival
+    rule (decode.ProtobufDecoder), cached for the task: the answer for a T, once found, never
+    changes, and one lookup per date closing time and task keeps the cost to a few ms."""
+    found: dict[int, int] = {}
+
+    def first_offset_after(ts_ms: int) -> int | None:
+        if ts_ms not in found:
+            offset = first_offsets_after(
+                consumer, [(r.topic, r.partition)], ts_ms, options.metadata_timeout_s
+            )[(r.topic, r.partition)]
+            if offset is None:
+                return None
+            found[ts_ms] = offset
+        return found[ts_ms]
+
+    return first_offset_after
 
 
 def _consume_range(
@@ -462,9 +479,12 @@ def _consume_range(
                 elif m.offset() < r.end:
                     chunk.append(m)
                     next_offset = max(next_offset, m.offset() + 1)
+                else:
+                    next_offset = r.end  # past the range: what was left were txn markers
         else:
             if messages[-1].offset() >= r.end:
                 messages = [m for m in messages if m.offset() < r.end]
+                next_offset = r.end  # anything left below r.end was transaction markers
             if messages:
                 chunk.extend(messages)
                 next_offset = max(next_offset, messages[-1].offset() + 1)

@@ -10,6 +10,7 @@ from pyspark.sql import SparkSession
 
 from tidelake.streaming import spark_class_archive as class_archive
 from tidelake.streaming.delta_sink import DeltaSinkDataSource
+from tidelake.streaming.jvm_jars import spark_jars
 from tidelake.streaming.kafka_source import KafkaDataSource
 
 DEFAULT_SPARK_CONF: dict[str, str] = {
@@ -24,6 +25,9 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     ),
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    # Delta through delta-spark (jars from the jar cache, see jvm_jars)
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.python.worker.reuse": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # rows per Arrow batch handed to Python writers (default 10,000): fewer round trips
@@ -42,9 +46,11 @@ def spark_session_conf(
 ) -> dict[str, str]:
     """Every setting of the engine's session, for SparkSession.builder or a Dagster resource.
 
-    Local masters bind to loopback only. Workers run this interpreter (the virtualenv), not
-    whatever python3 is on PATH. With use_class_archive the driver JVM maps the class archive of
-    `tidelake spark-archive` if one was built (see spark_class_archive); it changes nothing else.
+    spark.jars lists the jar cache's Spark-side jars (Spark's Kafka source, Delta); user
+    jars given in conf are kept after them. Local masters bind to loopback only. Workers run
+    this interpreter (the virtualenv), not whatever python3 is on PATH. With
+    use_class_archive the driver JVM maps the class archive of `tidelake spark-archive` if
+    one was built (see spark_class_archive); it changes nothing else.
     """
     settings = {
         "spark.master": master,
@@ -55,7 +61,10 @@ def spark_session_conf(
     if master.startswith("local"):
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
-    settings.update(conf or {})
+    conf = dict(conf or {})
+    jars = [str(j) for j in spark_jars()] + [j for j in conf.pop("spark.jars", "").split(",") if j]
+    settings["spark.jars"] = ",".join(jars)
+    settings.update(conf)
     archive_options = class_archive.java_options() if use_class_archive else ""
     if archive_options:
         user_options = settings.get("spark.driver.extraJavaOptions", "")

@@ -100,7 +100,7 @@ def kafka_ends(kafka_conf: dict[str, str], topic: str, timeout_s: float = 5.0) -
     probe = PartitionEnds(kafka_conf, "tidelake-status", timeout_s)
     try:
         partitions = probe.partitions([topic])
-        ends = probe.latest({tp: -1 for tp in partitions})
+        ends = probe.latest(partitions)
     finally:
         probe.close()
     return {p: o for (_, p), o in ends.items()}

@@ -1,7 +1,7 @@
-"""Shared fixtures: one real Kafka-compatible broker per test session, fresh topics per test.
+"""Shared fixtures: one real Apache Kafka broker per test session, fresh topics per test.
 
 With KAFKA_BOOTSTRAP_SERVERS set (plus any KAFKA_* client settings) the tests run against that
-cluster instead of starting the embedded broker.
+cluster instead of starting the local broker.
 """
 
 from __future__ import annotations
@@ -16,27 +16,27 @@ from typing import Any
 
 import pytest
 
-from tidelake.platform.local_broker import EmbeddedBroker
+from tidelake.platform.local_broker import LocalKafkaBroker
 from tidelake.streaming.kafka_admin import delete_topic
 from tidelake.streaming.settings import kafka_client_config
 
 
 @pytest.fixture(scope="session")
-def embedded_broker() -> Iterator[EmbeddedBroker | None]:
-    """The embedded broker the tests run against; None with KAFKA_BOOTSTRAP_SERVERS set."""
+def local_broker() -> Iterator[LocalKafkaBroker | None]:
+    """The local Kafka broker of the tests; None with KAFKA_BOOTSTRAP_SERVERS set."""
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
         yield None
         return
-    with EmbeddedBroker() as broker:
+    with LocalKafkaBroker() as broker:
         yield broker
 
 
 @pytest.fixture(scope="session")
-def kafka_conf(embedded_broker: EmbeddedBroker | None) -> dict[str, Any]:
+def kafka_conf(local_broker: LocalKafkaBroker | None) -> dict[str, Any]:
     """librdkafka config of the cluster the tests use."""
-    if embedded_broker is None:
+    if local_broker is None:
         return kafka_client_config()
-    return {"bootstrap.servers": embedded_broker.bootstrap_servers}
+    return {"bootstrap.servers": local_broker.bootstrap_servers}
 
 
 @pytest.fixture

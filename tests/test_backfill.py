@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from confluent_kafka import Producer
 from lake_readers import delta_version, duckdb_query, read_delta
 from live_stream import BackgroundProducer, run_available_now, running_stream, wait_for_rows
 
@@ -22,6 +23,7 @@ from tidelake.streaming.backfill import (
     run_backfill,
 )
 from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.kafka_admin import quiet_client_config
 from tidelake.streaming.kafka_offsets import PartitionEnds
 
 COMPARED = [
@@ -63,26 +65,23 @@ def test_retention_problem_names_the_earliest_complete_date() -> None:
 
 
 @pytest.mark.integration
-def test_time_search_is_exact_on_the_embedded_broker(kafka_conf: dict[str, Any], flow: Any) -> None:
-    produce_demo_events(flow, kafka_conf, count=2000, days=3, seed=1, progress=False)
+def test_kafka_time_index_bounds_unordered_timestamps(
+    kafka_conf: dict[str, Any], flow: Any
+) -> None:
+    """first_offsets_after(T) is the first offset stamped after T, and every record before it is
+    stamped at or before T, even with timestamps out of order (CreateTime)."""
+    producer = Producer(quiet_client_config(kafka_conf))
+    stamps = [1_000, 5_000, 2_000, 9_000, 3_000, 7_000, 4_000]
+    for ts in stamps:
+        producer.produce(flow.topic, b"x", partition=0, timestamp=ts)
+    assert producer.flush(10) == 0
     probe = PartitionEnds(kafka_conf, "test", 10)
     try:
-        tps = probe.partitions([flow.topic])
-        ends = probe.latest({tp: -1 for tp in tps})
-        bounds = {tp: (0, ends[tp]) for tp in tps}
-        now_ms = int(time.time() * 1000)
-        for target in (0, now_ms - 36 * 3600_000, now_ms - 3600_000, now_ms + 1000):
-            found = probe.offsets_for_time(bounds, target)
-            for tp in tps:
-                stamps = [
-                    probe.records_at({tp: o})[tp][1]
-                    for o in (found[tp] - 1, found[tp])
-                    if 0 <= o < ends[tp]
-                ]
-                if found[tp] > 0:
-                    assert stamps[0] < target
-                if found[tp] < ends[tp]:
-                    assert stamps[-1] >= target
+        tp = (flow.topic, 0)
+        for t in (0, 1_000, 4_500, 8_999, 9_000):
+            found = probe.first_offsets_after([tp], t)[tp]
+            expected = next((i for i, ts in enumerate(stamps) if ts > t), None)
+            assert found == expected, t
     finally:
         probe.close()
 

@@ -1,4 +1,5 @@
-"""The embedded Tansu broker: starts isolated, works, and leaves nothing behind."""
+"""The local Apache Kafka broker: starts isolated, works, keeps or removes its data, and leaves
+no process behind."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from tidelake.platform.local_broker import BrokerError, EmbeddedBroker, running_broker
+from tidelake.platform.local_broker import BrokerError, LocalKafkaBroker, running_broker
 from tidelake.streaming.kafka_admin import ensure_topic, quiet_client_config
 
 TIDELAKE = Path(sys.executable).with_name("tidelake")
@@ -29,7 +30,7 @@ def _metadata(bootstrap: str):
 
 
 def test_start_and_stop_leave_no_process_or_directory() -> None:
-    broker = EmbeddedBroker()
+    broker = LocalKafkaBroker()
     broker.start()
     pid, workdir = broker.pid, broker.workdir
     assert pid is not None and workdir is not None and workdir.is_dir()
@@ -48,7 +49,7 @@ def test_start_and_stop_leave_no_process_or_directory() -> None:
 
 
 def test_messages_round_trip_through_the_broker() -> None:
-    with EmbeddedBroker() as broker:
+    with LocalKafkaBroker() as broker:
         conf = {"bootstrap.servers": broker.bootstrap_servers}
         ensure_topic(conf, "round-trip", 2)
         producer = Producer(quiet_client_config(conf))
@@ -62,29 +63,25 @@ def test_messages_round_trip_through_the_broker() -> None:
     assert (message.key(), message.value()) == (b"key", b"value")
 
 
-def test_tansu_settings_in_environment_and_dotenv_are_ignored(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    hostile = {
-        "LISTENER_URL": "tcp://0.0.0.0:1",
-        "ADVERTISED_LISTENER_URL": "tcp://example.invalid:1",
-        "STORAGE_ENGINE": "postgres://nowhere.invalid/tansu",
-        "CLUSTER_ID": "hijacked",
-        "SCHEMA_REGISTRY": "file:///nonexistent",
-    }
-    for name, value in hostile.items():
-        monkeypatch.setenv(name, value)
-    # Tansu looks for .env in its working directory and every parent: plant one in a parent.
-    (tmp_path / ".env").write_text("".join(f"{k}={v}\n" for k, v in hostile.items()))
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-
-    with EmbeddedBroker() as first, EmbeddedBroker() as second:
-        assert first.workdir is not None and first.workdir.parent == tmp_path
-        address = first.bootstrap_servers
-        assert address != second.bootstrap_servers
-        metadata = _metadata(address)
-    assert metadata.cluster_id.startswith("tidelake-local-")
-    assert {f"{b.host}:{b.port}" for b in metadata.brokers.values()} == {address}
+def test_a_kept_data_folder_survives_a_restart(tmp_path: Path) -> None:
+    data = tmp_path / "kafka"
+    with LocalKafkaBroker(data_dir=data) as broker:
+        conf = {"bootstrap.servers": broker.bootstrap_servers}
+        cluster_id = broker.cluster_id
+        ensure_topic(conf, "kept", 1)
+        producer = Producer(quiet_client_config(conf))
+        producer.produce("kept", b"still here", partition=0)
+        assert producer.flush(10) == 0
+    assert (data / "data" / "meta.properties").exists()
+    with LocalKafkaBroker(data_dir=data) as broker:
+        assert broker.cluster_id == cluster_id
+        conf = {"bootstrap.servers": broker.bootstrap_servers}
+        consumer = Consumer(quiet_client_config({**conf, "group.id": "kept"}))
+        consumer.assign([TopicPartition("kept", 0, 0)])
+        message = consumer.poll(15)
+        consumer.close()
+    assert message is not None and message.value() == b"still here"
+    assert data.is_dir()
 
 
 def _gone(pid: int, timeout_s: float = 5.0) -> bool:
@@ -100,23 +97,28 @@ def _gone(pid: int, timeout_s: float = 5.0) -> bool:
     return False
 
 
-def _fake_broker(tmp_path: Path, body: str) -> Path:
-    script = tmp_path / "fake-tansu"
-    script.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'pid'}\n{body}\n")
+def _fake_java(tmp_path: Path, body: str) -> str:
+    """A `java` whose storage format succeeds and whose broker runs `body`."""
+    script = tmp_path / "fake-java"
+    script.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *kafka.tools.StorageTool*) exit 0;; esac\n'
+        f"echo $$ > {tmp_path / 'pid'}\n{body}\n"
+    )
     script.chmod(0o755)
-    return script
+    return str(script)
 
 
 def test_start_up_failure_reports_exit_code_and_log(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    broker = EmbeddedBroker(
-        binary=_fake_broker(tmp_path, "echo 'simulated: disk on fire' >&2; exit 3")
+    broker = LocalKafkaBroker(
+        java=_fake_java(tmp_path, "echo 'simulated: disk on fire' >&2; exit 3")
     )
     with pytest.raises(BrokerError, match=r"(?s)exited with code 3.*simulated: disk on fire"):
         broker.start()
-    assert not list(tmp_path.glob("tidelake-broker-*"))
+    assert not list(tmp_path.glob("tidelake-kafka-*"))
 
 
 def test_broker_that_never_answers_is_killed_after_timeout(
@@ -124,18 +126,18 @@ def test_broker_that_never_answers_is_killed_after_timeout(
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     # Ignores SIGINT and SIGTERM (and so does its child): only a SIGKILL to the group ends both.
-    binary = _fake_broker(
+    java = _fake_java(
         tmp_path,
         f"trap '' INT TERM\necho still starting\nsleep 60 &\necho $! > {tmp_path / 'child'}\nwait",
     )
-    broker = EmbeddedBroker(binary=binary, startup_timeout_s=0.5, stop_grace_s=0.3)
+    broker = LocalKafkaBroker(java=java, startup_timeout_s=0.5, stop_grace_s=0.3)
     started = time.monotonic()
     with pytest.raises(BrokerError, match=r"(?s)did not come up .* within 0.5s.*still starting"):
         broker.start()
     assert time.monotonic() - started < 5
     for pid_file in ("pid", "child"):
         assert _gone(int((tmp_path / pid_file).read_text()))
-    assert not list(tmp_path.glob("tidelake-broker-*"))
+    assert not list(tmp_path.glob("tidelake-kafka-*"))
 
 
 def test_running_broker_reads_state_file(tmp_path: Path) -> None:
@@ -166,9 +168,9 @@ def _start_cli_broker(home: Path) -> tuple[subprocess.Popen[str], str]:
     assert process.stdout is not None
     with selectors.DefaultSelector() as selector:
         selector.register(process.stdout, selectors.EVENT_READ)
-        if not selector.select(timeout=20):
+        if not selector.select(timeout=60):
             process.kill()
-            pytest.fail("`tidelake broker` printed nothing within 20s")
+            pytest.fail("`tidelake broker` printed nothing within 60s")
     line = process.stdout.readline().strip()
     match = re.fullmatch(r"KAFKA_BOOTSTRAP_SERVERS=(127\.0\.0\.1:\d+)", line)
     if not match:
@@ -189,14 +191,15 @@ def test_cli_broker_runs_until_signalled(tmp_path: Path, stop_signal: signal.Sig
         assert _metadata(address).brokers
 
         process.send_signal(stop_signal)
-        assert process.wait(timeout=15) == 0
+        assert process.wait(timeout=30) == 0
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
     assert not state_file.exists()
     assert _gone(state["pid"])
-    assert not Path(state["log"]).parent.exists()
+    assert Path(state["log"]).parent == home.resolve() / "kafka"  # the kept data folder
+    assert (home / "kafka" / "data" / "meta.properties").exists()
 
 
 def test_cli_broker_refuses_to_start_twice(tmp_path: Path) -> None:
@@ -205,7 +208,7 @@ def test_cli_broker_refuses_to_start_twice(tmp_path: Path) -> None:
     try:
         env = {**os.environ, "TIDELAKE_HOME": str(home)}
         second = subprocess.run(
-            [str(TIDELAKE), "broker"], env=env, capture_output=True, text=True, timeout=20
+            [str(TIDELAKE), "broker"], env=env, capture_output=True, text=True, timeout=60
         )
         assert second.returncode != 0
         assert f"already running at {address}" in second.stderr
@@ -213,4 +216,4 @@ def test_cli_broker_refuses_to_start_twice(tmp_path: Path) -> None:
         assert running_broker(home / "broker.json") == address  # first one untouched
     finally:
         process.terminate()
-        process.wait(timeout=15)
+        process.wait(timeout=30)

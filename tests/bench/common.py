@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from tidelake.platform.local_broker import EmbeddedBroker
+from tidelake.platform.local_broker import LocalKafkaBroker
 from tidelake.streaming.settings import kafka_client_config
 
 
@@ -23,7 +23,7 @@ def kafka() -> Iterator[dict[str, str]]:
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         yield kafka_client_config()
         return
-    with EmbeddedBroker() as broker:
+    with LocalKafkaBroker() as broker:
         yield {"bootstrap.servers": broker.bootstrap_servers}
 
 
