@@ -210,6 +210,8 @@ class LocalKafkaBroker:
             "share.coordinator.state.topic.replication.factor": 1,
             "share.coordinator.state.topic.min.isr": 1,
             "group.initial.rebalance.delay.ms": 0,
+            # retention acts within a second (Kafka's default looks every 5 minutes)
+            "log.retention.check.interval.ms": 1000,
             # topics are created on purpose (tidelake topics create), as on a managed cluster
             "auto.create.topics.enable": "false",
             "num.partitions": 1,

@@ -111,9 +111,7 @@ def plan_backfill(
         probe.close()
     done = {tp: max(low[tp], position.get(tp, low[tp])) for tp in partitions}
     end = {tp: min(done[tp], closed[tp] if closed[tp] is not None else done[tp]) for tp in done}
-    start = {
-        tp: min(end[tp], first[tp] if first[tp] is not None else end[tp]) for tp in partitions
-    }
+    start = {tp: min(end[tp], first[tp] if first[tp] is not None else end[tp]) for tp in partitions}
     return BackfillPlan(flow, tuple(sorted(dates)), version, start, end, position, window)
 
 

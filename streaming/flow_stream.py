@@ -62,6 +62,7 @@ class FlowStream:
         options.update(
             startingOffsets=pinned_start(self.checkpoint) or "earliest",
             maxOffsetsPerTrigger=str(self.settings.max_offsets_per_trigger),
+            failOnDataLoss=str(self.settings.fail_on_data_loss).lower(),
         )
         return options
 

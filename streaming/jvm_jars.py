@@ -25,7 +25,9 @@ from pathlib import Path
 
 SPARK_FOLDER = "spark"
 BROKER_FOLDER = "kafka-broker"
-_JAR_NAME = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d[^-]*(?:-[^-]+)*)\.jar$")
+# the version starts at the first "-<digits>" followed by a dot or the end ("-0-10_2.13" in
+# spark-sql-kafka-0-10_2.13-4.2.0.jar is part of the name; versions hold no underscore)
+_JAR_NAME = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d+(?:\.[^_]*)?)\.jar$")
 
 
 class JarsMissingError(RuntimeError):

@@ -523,12 +523,20 @@ def _after_fetch_event(
         low, _high = consumer.get_watermark_offsets(
             TopicPartition(r.topic, r.partition), cached=False, timeout=options.metadata_timeout_s
         )
-        if options.fail_on_data_loss or low <= next_offset:
+        lost = f"offsets {next_offset}..{min(low, r.end) - 1} of {r.topic}/{r.partition}"
+        if low <= next_offset:
             raise KafkaSourceError(
-                f"offset {next_offset} of {r.topic}/{r.partition} is no longer in Kafka (earliest "
-                f"is now {low}; deleted by retention?). Set failOnDataLoss=false to skip lost data."
+                f"offset {next_offset} of {r.topic}/{r.partition} is out of range (earliest is "
+                f"{low}): the topic was recreated or truncated"
             )
-        log.warning("data loss in %s/%s: skipping to %s", r.topic, r.partition, low)
+        if options.fail_on_data_loss:
+            raise KafkaSourceError(
+                f"{lost} are no longer in Kafka (deleted by retention before they were read; "
+                f"the partition now starts at {low}). To skip them, run the stream once with "
+                "failOnDataLoss=false (TIDELAKE_FAIL_ON_DATA_LOSS=false), then backfill what "
+                "Kafka still holds."
+            )
+        log.warning("data loss: %s were deleted from Kafka; skipping to %s", lost, low)
         consumer.assign([TopicPartition(r.topic, r.partition, low)])
         return min(low, r.end)
     raise KafkaSourceError(f"fetch from {r.topic}/{r.partition} failed: {err}")

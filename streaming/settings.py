@@ -62,6 +62,13 @@ class EngineSettings(BaseSettings):
     max_offsets_per_trigger: int = Field(
         default=500_000, ge=1, description="records per micro-batch at most (bounds memory)"
     )
+    fail_on_data_loss: bool = Field(
+        default=True,
+        description=(
+            "stop the stream when records it has not read yet are gone from Kafka (retention, "
+            "deleted records); false skips them once, with a warning naming the offsets"
+        ),
+    )
     trigger_interval: str = Field(
         default="0 seconds", description="processing-time trigger between micro-batches"
     )
