@@ -212,8 +212,6 @@ class LocalKafkaBroker:
             "group.initial.rebalance.delay.ms": 0,
             # retention acts within a second (Kafka's default looks every 5 minutes)
             "log.retention.check.interval.ms": 1000,
-            # topics are created on purpose (tidelake topics create), as on a managed cluster
-            "auto.create.topics.enable": "false",
             "num.partitions": 1,
         }
         properties = self._workdir / "server.properties"

@@ -4,7 +4,7 @@ Topics are created explicitly with the partition count a flow declares, never au
 producer: the partition count fixes which partition a key lands in, so a topic that a broker
 auto-created with its own default would silently differ from the declaration. For the same reason
 an existing topic with a different count is an error, not something to "fix" by adding partitions
-(which would move keys between partitions; Tansu cannot add partitions anyway).
+(which would move keys between partitions).
 
 All helpers take a librdkafka config dict, as returned by `settings.kafka_client_config()`.
 """
@@ -209,7 +209,8 @@ def _metadata(admin: AdminClient, conf: Mapping[str, Any], timeout_s: float) -> 
             f"Kafka is unreachable at bootstrap.servers={bootstrap}: connection refused"
         )
     try:
-        # All topics on purpose: naming one topic would let Tansu auto-create it.
+        # All topics on purpose: naming one topic auto-creates it on a cluster with Kafka's
+        # default auto.create.topics.enable=true.
         return admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
         raise KafkaUnreachableError(

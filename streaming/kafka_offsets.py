@@ -174,32 +174,26 @@ class PartitionEnds:
         return found
 
     def earliest(self, tps: Iterable[TopicPartitionKey]) -> Offsets:
-        out: Offsets = {}
-        for topic, partition in tps:
-            try:
-                low, _ = self._consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=self._timeout_s, cached=False
-                )
-            except KafkaException as exc:
-                raise KafkaSourceError(
-                    f"cannot read offsets of {topic}/{partition} from {self._servers}: {exc}"
-                ) from exc
-            out[(topic, partition)] = low
-        return out
+        """Log start offsets (what retention has kept)."""
+        return {tp: low for tp, (low, _) in self._watermarks(tps).items()}
 
     def latest(self, tps: Iterable[TopicPartitionKey]) -> Offsets:
         """End offsets a read_committed reader can reach (the last stable offset)."""
-        out: Offsets = {}
+        return {tp: high for tp, (_, high) in self._watermarks(tps).items()}
+
+    def _watermarks(
+        self, tps: Iterable[TopicPartitionKey]
+    ) -> dict[TopicPartitionKey, tuple[int, int]]:
+        out = {}
         for topic, partition in tps:
             try:
-                _, high = self._consumer.get_watermark_offsets(
+                out[(topic, partition)] = self._consumer.get_watermark_offsets(
                     TopicPartition(topic, partition), timeout=self._timeout_s, cached=False
                 )
             except KafkaException as exc:
                 raise KafkaSourceError(
                     f"cannot read offsets of {topic}/{partition} from {self._servers}: {exc}"
                 ) from exc
-            out[(topic, partition)] = high
         return out
 
     def first_offsets_after(

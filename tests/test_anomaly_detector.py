@@ -1,4 +1,4 @@
-"""The streaming anomaly detector against the embedded broker, Spark and Delta."""
+"""The streaming anomaly detector against the local Kafka broker, Spark and Delta."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from confluent_kafka import Producer
+from kafka_topics import KEEP_FOREVER, set_retention
 from lake_readers import delta_version, duckdb_query, read_delta
 from live_stream import BackgroundProducer, run_available_now, running_stream, wait_for_rows
 
@@ -70,6 +71,7 @@ def test_kafka_time_index_bounds_unordered_timestamps(
 ) -> None:
     """first_offsets_after(T) is the first offset stamped after T, and every record before it is
     stamped at or before T, even with timestamps out of order (CreateTime)."""
+    set_retention(kafka_conf, flow.topic, KEEP_FOREVER)  # stamped 1970
     producer = Producer(quiet_client_config(kafka_conf))
     stamps = [1_000, 5_000, 2_000, 9_000, 3_000, 7_000, 4_000]
     for ts in stamps:

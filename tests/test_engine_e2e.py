@@ -1,4 +1,4 @@
-"""End to end on real things: embedded broker -> Spark stream -> Delta, read back without Spark."""
+"""End to end on real things: Kafka broker -> Spark stream -> Delta, read back without Spark."""
 
 from __future__ import annotations
 

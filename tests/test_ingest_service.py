@@ -1,4 +1,4 @@
-"""The gRPC ingest service with a real grpc client, the embedded broker, Spark and Delta."""
+"""The gRPC ingest service with a real grpc client, the local Kafka broker, Spark and Delta."""
 
 from __future__ import annotations
 
@@ -205,19 +205,19 @@ def test_an_unreachable_broker_is_unavailable_not_a_hang(
 def test_a_paused_broker_gives_a_bounded_wait_and_loses_no_acknowledged_event(
     spark: Any,
     kafka_conf: dict[str, Any],
-    embedded_broker: Any,
+    local_broker: Any,
     flow: Any,
     engine_settings: Any,
     client: Client,
 ) -> None:
-    if embedded_broker is None:
-        pytest.skip("pauses the embedded broker's process")
+    if local_broker is None:
+        pytest.skip("pauses the local broker's process")
     acknowledged = [call() for _ in range(50)]
     for event in acknowledged:
         client.calls.trackCall(event, timeout=10)
     unacknowledged = call()
     unacknowledged_batch = [call() for _ in range(5)]
-    os.kill(embedded_broker.pid, signal.SIGSTOP)
+    os.kill(local_broker.pid, signal.SIGSTOP)
     try:
         started = time.monotonic()
         with pytest.raises(grpc.RpcError) as waited:
@@ -231,7 +231,7 @@ def test_a_paused_broker_gives_a_bounded_wait_and_loses_no_acknowledged_event(
         assert result.accepted == 0
         assert [r.code for r in result.refused] == [code_pb2.UNAVAILABLE] * 5
     finally:
-        os.kill(embedded_broker.pid, signal.SIGCONT)
+        os.kill(local_broker.pid, signal.SIGCONT)
     client.wait_for_status(health_pb2.HealthCheckResponse.SERVING)
     client.calls.trackCall(unacknowledged, timeout=10)  # the clients' retries
     (result,) = client.calls.trackCalls(batches(unacknowledged_batch, 10), timeout=30)

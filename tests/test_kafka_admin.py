@@ -61,7 +61,8 @@ def test_ensure_topic_refuses_a_different_partition_count(
 def test_looking_up_a_missing_topic_does_not_create_it(
     kafka_conf: dict[str, Any], topic_name: str
 ) -> None:
-    # Tansu auto-creates a topic that a metadata request names; the helpers must never do that.
+    # Kafka (auto.create.topics.enable=true by default) creates a topic that a metadata request
+    # names; the helpers must never do that.
     assert topic_partition_count(kafka_conf, topic_name) is None
     with pytest.raises(TopicMissingError, match="tidelake topics create"):
         require_topic(kafka_conf, topic_name)

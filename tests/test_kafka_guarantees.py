@@ -14,14 +14,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    NewTopic,
-    ResourceType,
-)
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka_topics import set_retention
 from lake_readers import duckdb_query, read_delta
 from live_stream import run_available_now
 from pyspark.errors import StreamingQueryException
@@ -157,7 +151,7 @@ def test_records_deleted_by_retention_before_the_stream_read_them_stop_it_loudly
     time.sleep(0.2)
     now = int(time.time() * 1000)
     send(range(100, 101), now - 100)  # a current record: only it survives retention
-    _set_retention(kafka_conf, flow.topic, _DAY_MS)
+    set_retention(kafka_conf, flow.topic, _DAY_MS)
     _wait_for_log_start(kafka_conf, flow.topic, 100)
 
     with pytest.raises(StreamingQueryException) as failure:
@@ -174,16 +168,6 @@ def test_records_deleted_by_retention_before_the_stream_read_them_stop_it_loudly
     assert sorted(keys) == sorted(call(n, 0)[0] for n in [*range(50), 100])
     send(range(101, 103), now)
     assert len(_keys(run_available_now(spark, flow, engine_settings, kafka_conf).table_uri)) == 53
-
-
-def _set_retention(kafka_conf: dict[str, Any], topic: str, retention_ms: int) -> None:
-    admin = AdminClient(quiet_client_config(kafka_conf))
-    entry = ConfigEntry(
-        "retention.ms", str(retention_ms), incremental_operation=AlterConfigOpType.SET
-    )
-    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
-    for future in admin.incremental_alter_configs([resource]).values():
-        future.result(30)
 
 
 def _wait_for_log_start(kafka_conf: dict[str, Any], topic: str, offset: int) -> None:
@@ -225,7 +209,7 @@ def test_backfill_of_a_day_with_late_create_time_producers_equals_the_stream(
     stream = run_available_now(spark, flow, engine_settings, kafka_conf)
     day = (today - timedelta(days=1)).date()
     streamed = _keys_of_day(stream.table_uri, day)
-    quarantine = read_delta(stream.quarantine_uri).column("_error").to_pylist()
+    quarantine = read_delta(stream.quarantine_uri).column("error").to_pylist()
     too_late = [e for e in quarantine if e.startswith("too late")]
     # late senders whose own timestamp is on time, caught because newer records came first
     assert too_late, "the test data should hold records sent after their day closed"

@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, Producer
+from kafka_topics import KEEP_FOREVER, set_retention
 from lake_readers import read_delta
 from pyspark.sql.types import (
     BinaryType,
@@ -107,6 +108,7 @@ def filled(kafka_conf: dict[str, Any]) -> Iterator[Produced]:
     """One 3-partition topic with 5,000 known messages, shared by the read-only tests here."""
     topic = f"tidelake-test-source-{uuid.uuid4().hex[:8]}"
     ensure_topic(kafka_conf, topic, PARTITIONS)
+    set_retention(kafka_conf, topic, KEEP_FOREVER)  # stamped 2024: past the 7-day default
     yield produce(kafka_conf, topic, MESSAGES, PARTITIONS)
     delete_topic(kafka_conf, topic)
 

@@ -1,6 +1,6 @@
 """The supervisor: its pure decision, and the sensor built on it, evaluated with Dagster's helpers.
 
-Sensor tests use a real instance (instance_for_test), the embedded broker for the lag probe and
+Sensor tests use a real instance (instance_for_test), the local Kafka broker for the lag probe and
 a real Delta table for partition closing; runs are recorded in the instance with given statuses.
 """
 

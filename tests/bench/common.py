@@ -19,7 +19,7 @@ from tidelake.streaming.settings import kafka_client_config
 
 @contextmanager
 def kafka() -> Iterator[dict[str, str]]:
-    """KAFKA_BOOTSTRAP_SERVERS if set, else a private embedded broker."""
+    """KAFKA_BOOTSTRAP_SERVERS if set, else a private local Kafka broker."""
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         yield kafka_client_config()
         return

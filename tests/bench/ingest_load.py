@@ -1,6 +1,6 @@
 """Load test of the gRPC ingest service on loopback: unary and streaming.
 
-Starts `tidelake serve` as its own process against the embedded broker (or
+Starts `tidelake serve` as its own process against a local Kafka broker (or
 KAFKA_BOOTSTRAP_SERVERS), then, from this process:
 - unary: keeps --concurrency trackCall RPCs in flight for --duration seconds;
 - streaming: sends --stream-events events over one trackCalls stream, in --batch-size batches.
