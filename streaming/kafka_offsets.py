@@ -175,26 +175,11 @@ class PartitionEnds:
 
     def earliest(self, tps: Iterable[TopicPartitionKey]) -> Offsets:
         """Log start offsets (what retention has kept)."""
-        return {tp: low for tp, (low, _) in self._watermarks(tps).items()}
+        return list_offsets(self._consumer, tps, EARLIEST, self._timeout_s)
 
     def latest(self, tps: Iterable[TopicPartitionKey]) -> Offsets:
         """End offsets a read_committed reader can reach (the last stable offset)."""
-        return {tp: high for tp, (_, high) in self._watermarks(tps).items()}
-
-    def _watermarks(
-        self, tps: Iterable[TopicPartitionKey]
-    ) -> dict[TopicPartitionKey, tuple[int, int]]:
-        out = {}
-        for topic, partition in tps:
-            try:
-                out[(topic, partition)] = self._consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=self._timeout_s, cached=False
-                )
-            except KafkaException as exc:
-                raise KafkaSourceError(
-                    f"cannot read offsets of {topic}/{partition} from {self._servers}: {exc}"
-                ) from exc
-        return out
+        return list_offsets(self._consumer, tps, LATEST, self._timeout_s)
 
     def first_offsets_after(
         self, tps: Iterable[TopicPartitionKey], ts_ms: int
@@ -237,6 +222,25 @@ class PartitionEnds:
         return found
 
 
+def list_offsets(
+    consumer: Consumer, tps: Iterable[TopicPartitionKey], spec: int, timeout_s: float
+) -> Offsets:
+    """One ListOffsets request for all partitions: EARLIEST, LATEST (under read_committed the last
+    stable offset) or, for a time in ms, the first offset stamped at or after it (-1: none)."""
+    wanted = [TopicPartition(t, p, spec) for t, p in tps]
+    if not wanted:
+        return {}
+    try:
+        found = consumer.offsets_for_times(wanted, timeout=timeout_s)
+    except KafkaException as exc:
+        names = ", ".join(f"{tp.topic}/{tp.partition}" for tp in wanted)
+        raise KafkaSourceError(f"Kafka did not answer ListOffsets for {names}: {exc}") from exc
+    for tp in found:
+        if tp.error is not None:
+            raise KafkaSourceError(f"ListOffsets of {tp.topic}/{tp.partition} failed: {tp.error}")
+    return {(tp.topic, tp.partition): tp.offset for tp in found}
+
+
 def first_offsets_after(
     consumer: Consumer, tps: Iterable[TopicPartitionKey], ts_ms: int, timeout_s: float
 ) -> dict[TopicPartitionKey, int | None]:
@@ -244,16 +248,5 @@ def first_offsets_after(
 
     Under read_committed, Kafka answers "none" for an offset at or past the last stable offset.
     """
-    wanted = [TopicPartition(t, p, ts_ms + 1) for t, p in tps]
-    if not wanted:
-        return {}
-    try:
-        found = consumer.offsets_for_times(wanted, timeout=timeout_s)
-    except KafkaException as exc:
-        raise KafkaSourceError(f"Kafka's time index did not answer for {ts_ms}: {exc}") from exc
-    out: dict[TopicPartitionKey, int | None] = {}
-    for tp in found:
-        if tp.error is not None:
-            raise KafkaSourceError(f"time lookup in {tp.topic}/{tp.partition} failed: {tp.error}")
-        out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
-    return out
+    found = list_offsets(consumer, tps, ts_ms + 1, timeout_s)
+    return {tp: offset if offset >= 0 else None for tp, offset in found.items()}
