@@ -1,9 +1,12 @@
-"""Topic settings for tests that need Kafka's retention to act, or to keep old records."""
+"""Kafka topics in tests: reading one to its end, and retention settings."""
 
 from __future__ import annotations
 
+import time
+import uuid
 from typing import Any
 
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -26,3 +29,46 @@ def set_retention(kafka_conf: dict[str, Any], topic: str, retention_ms: int) -> 
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(30)
+
+
+def read_values(
+    kafka_conf: dict[str, Any],
+    topic: str,
+    *,
+    partitions: list[int] | None = None,
+    isolation_level: str = "read_committed",
+    timeout_s: float = 30.0,
+) -> list[bytes]:
+    """Every value of the topic's partitions (all by default), each read to its end (partition
+    EOF), without a consumer group."""
+    consumer = Consumer(
+        quiet_client_config(
+            {
+                **kafka_conf,
+                "group.id": f"tidelake-test-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": isolation_level,
+            }
+        )
+    )
+    try:
+        if partitions is None:
+            partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        values: list[bytes] = []
+        pending = set(partitions)
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            assert time.monotonic() < deadline, f"{topic} not read to its end in {timeout_s:g} s"
+            message = consumer.poll(1)
+            if message is None:
+                continue
+            if message.error() is not None:
+                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+                pending.discard(message.partition())
+                continue
+            values.append(message.value())
+        return values
+    finally:
+        consumer.close()

@@ -10,7 +10,8 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
+from kafka_topics import read_values
 from lake_readers import read_delta
 from pyspark.sql import functions as F
 
@@ -162,33 +163,7 @@ def test_finds_incidents_reloads_models_and_restarts_at_the_latest_offsets(
         running.close()
     assert len(anomalies(detector)) == before
 
-    alerts = [CallAnomaly.FromString(v) for v in read_partition(kafka_conf, alerts_topic)]
+    values = read_values(kafka_conf, alerts_topic, partitions=[0])
+    alerts = [CallAnomaly.FromString(v) for v in values]
     assert len(alerts) == before
     assert {(a.key, a.metric) for a in alerts} >= {(ACCOUNTS[0], "failure_rate")}
-
-
-def read_partition(kafka_conf: dict[str, Any], topic: str) -> list[bytes]:
-    """Every value of partition 0, read to its end (partition EOF), without a consumer group."""
-    consumer = Consumer(
-        {
-            **kafka_conf,
-            "group.id": f"tidelake-test-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    values = []
-    deadline = time.monotonic() + 30
-    try:
-        while True:
-            assert time.monotonic() < deadline, "alerts topic not read to its end in 30 s"
-            message = consumer.poll(1)
-            if message is None:
-                continue
-            if message.error() is not None:
-                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
-                return values
-            values.append(message.value())
-    finally:
-        consumer.close()

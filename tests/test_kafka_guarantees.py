@@ -13,9 +13,9 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka_topics import set_retention
+from kafka_topics import read_values, set_retention
 from lake_readers import duckdb_query, read_delta
 from live_stream import run_available_now
 from pyspark.errors import StreamingQueryException
@@ -74,7 +74,7 @@ def test_records_of_aborted_or_open_transactions_never_land(
     committed |= transaction(range(150, 200))
     producer.commit_transaction(30)
     # the aborted records are really in the log: a read_uncommitted reader sees all 200
-    assert len(_read_all(kafka_conf, flow.topic, "read_uncommitted")) == 200
+    assert len(read_values(kafka_conf, flow.topic, isolation_level="read_uncommitted")) == 200
 
     stream = run_available_now(spark, flow, engine_settings, kafka_conf)
     assert set(_keys(stream.table_uri)) == committed
@@ -89,36 +89,6 @@ def test_records_of_aborted_or_open_transactions_never_land(
     keys = _keys(stream.table_uri)
     assert set(keys) == committed | pending and len(keys) == 160
     assert not aborted & set(keys)
-
-
-def _read_all(kafka_conf: dict[str, Any], topic: str, isolation: str) -> list[bytes]:
-    consumer = Consumer(
-        quiet_client_config(
-            {
-                **kafka_conf,
-                "group.id": f"test-{uuid.uuid4().hex}",
-                "isolation.level": isolation,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-            }
-        )
-    )
-    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-    values, open_partitions = [], set(partitions)
-    deadline = time.monotonic() + 30
-    while open_partitions and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is None:
-            continue
-        if message.error() is not None:
-            if message.error().code() == KafkaError._PARTITION_EOF:
-                open_partitions.discard(message.partition())
-            continue
-        values.append(message.value())
-    consumer.close()
-    assert not open_partitions, "the topic was not read to its end"
-    return values
 
 
 @pytest.fixture
