@@ -18,12 +18,13 @@ Usage:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,7 @@ from tidelake.streaming.kafka_offsets import (
     OffsetRange,
     Offsets,
     PartitionEnds,
+    TopicPartitionKey,
     consumer_config,
     first_offsets_after,
     from_json_offsets,
@@ -414,9 +416,10 @@ def read_partition(partition: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
     options = partition.options
     key, consumer = _cached_consumer(options)
     healthy = False
+    time_index = _TaskTimeIndex(consumer, partition.ranges, options.metadata_timeout_s)
     try:
         for r in partition.ranges:
-            closed_from = _closing_offsets(consumer, r, options)
+            closed_from = functools.partial(time_index.first_offset_after, (r.topic, r.partition))
             for records in _consume_range(consumer, r, options):
                 if options.decoder is not None:
                     yield options.decoder.decode(r.topic, r.partition, records, closed_from)
@@ -431,25 +434,26 @@ def read_partition(partition: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
             consumer.close()
 
 
-def _closing_offsets(
-    consumer: Consumer, r: OffsetRange, options: KafkaSourceOptions
-) -> Callable[[int], int | None]:
-    """The partition's "first offset stamped after T" from Kafka's time index, for the arrival
-    rule (decode.ProtobufDecoder), cached for the task: the answer for a T, once found, never
-    changes, and one lookup per date closing time and task keeps the cost to a few ms."""
-    found: dict[int, int] = {}
+class _TaskTimeIndex:
+    """Kafka's time index ("first offset stamped after T") for the partitions of one task, for
+    the arrival rule (decode.ProtobufDecoder). One request asks for all the task's partitions
+    at once (a small batch packs every partition into one task), and an answer, once found,
+    never changes, so it is kept for the task."""
 
-    def first_offset_after(ts_ms: int) -> int | None:
-        if ts_ms not in found:
-            offset = first_offsets_after(
-                consumer, [(r.topic, r.partition)], ts_ms, options.metadata_timeout_s
-            )[(r.topic, r.partition)]
-            if offset is None:
-                return None
-            found[ts_ms] = offset
-        return found[ts_ms]
+    def __init__(self, consumer: Consumer, ranges: list[OffsetRange], timeout_s: float):
+        self._consumer = consumer
+        self._partitions = [(r.topic, r.partition) for r in ranges]
+        self._timeout_s = timeout_s
+        self._found: dict[tuple[TopicPartitionKey, int], int] = {}
 
-    return first_offset_after
+    def first_offset_after(self, tp: TopicPartitionKey, ts_ms: int) -> int | None:
+        if (tp, ts_ms) not in self._found:
+            missing = [p for p in self._partitions if (p, ts_ms) not in self._found]
+            answers = first_offsets_after(self._consumer, missing, ts_ms, self._timeout_s)
+            for p, offset in answers.items():
+                if offset is not None:
+                    self._found[(p, ts_ms)] = offset
+        return self._found.get((tp, ts_ms))
 
 
 def _consume_range(
