@@ -16,8 +16,9 @@ import pandas as pd
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from tidelake.streaming.decode import ProtobufDecoder
+from tidelake.streaming.flow_contract import contract_expectations
 from tidelake.streaming.flow_spec import FlowSpec
+from tidelake.streaming.table_schema import table_schema
 
 _STRINGS = pd.StringDtype("pyarrow")
 _SAMPLE = 5
@@ -63,7 +64,8 @@ def read_partition(table_uri: str, flow: FlowSpec, day: str) -> pa.Table:
 
 
 def validate_partition(table_uri: str, flow: FlowSpec, day: str) -> PartitionValidation:
-    """Run the flow's expectations, and the generic ones, on one date of its table."""
+    """Run the flow's contract and expectations, and the generic ones, on one date of its
+    table."""
     import time
 
     import great_expectations as gx
@@ -73,7 +75,7 @@ def validate_partition(table_uri: str, flow: FlowSpec, day: str) -> PartitionVal
     table = read_partition(table_uri, flow, day)
     frame = table.to_pandas(types_mapper={pa.string(): _STRINGS, pa.large_string(): _STRINGS}.get)
     start = datetime.combine(date.fromisoformat(day), datetime.min.time(), UTC)
-    columns = [f.name for f in ProtobufDecoder.for_flow(flow).schema if not f.name.startswith("_")]
+    columns = [f.name for f in table_schema(flow) if not f.name.startswith("_")]
     expectations = [
         gxe.ExpectTableColumnsToMatchSet(column_set=columns, exact_match=True),
         gxe.ExpectColumnValuesToBeBetween(
@@ -82,6 +84,7 @@ def validate_partition(table_uri: str, flow: FlowSpec, day: str) -> PartitionVal
             max_value=start + timedelta(days=1),
             strict_max=True,
         ),
+        *contract_expectations(flow),
         *(flow.expectations() if flow.expectations else []),
     ]
     suite = gx.ExpectationSuite(name=f"{flow.name}-{day}", expectations=expectations)

@@ -4,69 +4,31 @@ quarantine, so that an acknowledged event is an event in the table.
 Each problem names its field, for a google.rpc.BadRequest the client can act on.
 """
 
-import re
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from tidelake.protos.call_pb2 import CallEvent
+from tidelake.streaming.flow_contract import FieldViolation, violations
 from tidelake.streaming.flow_spec import FlowSpec
-from tidelake.streaming.flows import (
-    ACCOUNT_SID_PATTERN,
-    CALL_EVENTS,
-    CALL_SID_PATTERN,
-    MAX_CALL_DURATION_S,
-)
+from tidelake.streaming.flows import CALL_EVENTS
 
-_CALL_SID = re.compile(CALL_SID_PATTERN)
-_ACCOUNT_SID = re.compile(ACCOUNT_SID_PATTERN)
 _DAY_MS = 86_400_000
-
-
-@dataclass(frozen=True)
-class FieldViolation:
-    field: str
-    description: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.description}"
 
 
 def validate_call_event(
     event: CallEvent, now_ms: int, flow: FlowSpec = CALL_EVENTS
 ) -> list[FieldViolation]:
-    """Every reason the event cannot be accepted now; empty if it can."""
-    problems = [
-        *_sid_problems("call_sid", event.call_sid, _CALL_SID, "CA"),
-        *_sid_problems("account_sid", event.account_sid, _ACCOUNT_SID, "AC"),
-    ]
-    for name in ("call_state", "region"):
-        enum = CallEvent.DESCRIPTOR.fields_by_name[name].enum_type
-        value = getattr(event, name)
-        known = [v.name for v in enum.values if v.number != 0]
-        if value not in enum.values_by_number:
-            problems.append(FieldViolation(name, f"unknown value {value}; one of {known}"))
-        elif value == 0:
-            problems.append(FieldViolation(name, f"is required: one of {known}"))
-    if event.duration > MAX_CALL_DURATION_S:
-        problems.append(FieldViolation("duration", f"{event.duration} s is longer than a day"))
-    problems.extend(_event_time_problems(event.event_time, now_ms, flow))
+    """Every reason the event cannot be accepted now; empty if it can: the flow's contract (the
+    stream applies the same one, flow_contract) and the service's clock rules for event_time."""
+    problems = violations(flow, event)
+    if not any(p.field == flow.event_time_field for p in problems):
+        problems.extend(_event_time_problems(event.event_time, now_ms, flow))
     return problems
 
 
 def call_sid_problems(call_sid: str) -> list[FieldViolation]:
     """Why call_sid is not a well-formed call sid; empty if it is."""
-    return _sid_problems("call_sid", call_sid, _CALL_SID, "CA")
-
-
-def _sid_problems(
-    field: str, value: str, pattern: re.Pattern[str], prefix: str
-) -> list[FieldViolation]:
-    if not value:
-        return [FieldViolation(field, "is required")]
-    if not pattern.fullmatch(value):
-        shape = f"{prefix} followed by 32 lowercase hex digits"
-        return [FieldViolation(field, f"must be {shape}, got {value[:80]!r}")]
-    return []
+    probe = CallEvent(call_sid=call_sid)
+    return [p for p in violations(CALL_EVENTS, probe) if p.field == "call_sid"]
 
 
 def _event_time_problems(event_time_ms: int, now_ms: int, flow: FlowSpec) -> list[FieldViolation]:

@@ -17,9 +17,9 @@ from tidelake.assets.flow_keys import (
     topic_key,
 )
 from tidelake.assets.quality_checks import daily_freshness
-from tidelake.streaming.decode import ProtobufDecoder
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.table_schema import table_schema
 
 STREAM_ALIVE = "stream_alive"
 LAG_BELOW_THRESHOLD = "lag_below_threshold"
@@ -36,7 +36,7 @@ def _table_schema(schema: pa.Schema) -> dg.TableSchema:
 def flow_asset_specs(flow: FlowSpec, settings: EngineSettings) -> list[dg.AssetSpec]:
     """Topic -> table and quarantine, with the metadata that makes the UI self-explanatory."""
     message = flow.message.DESCRIPTOR.full_name
-    schema = ProtobufDecoder.for_flow(flow).schema
+    schema = table_schema(flow)
     owners = list(flow.owners)
     topic = dg.AssetSpec(
         topic_key(flow),

@@ -43,10 +43,11 @@ from tidelake.streaming.anomaly_model import (
     with_silent_keys,
 )
 from tidelake.streaming.anomaly_store import ModelCache
+from tidelake.streaming.decode import ERROR_COLUMN, decode_records
 from tidelake.streaming.flow_spec import FlowSpec
-from tidelake.streaming.flow_stream import flow_source_options
 from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.kafka_admin import ensure_topic, quiet_client_config, require_topic
+from tidelake.streaming.kafka_read import stream_records
 from tidelake.streaming.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -105,17 +106,15 @@ class AnomalyDetector:
         shutil.rmtree(self.checkpoint, ignore_errors=True)  # fresh state, latest offsets
         if self.scores_from_ms is None:
             self.scores_from_ms = (time.time_ns() // 60_000_000_000 + 1) * 60_000
-        options = flow_source_options(self.flow, self.kafka_conf)
-        options.update(
-            startingOffsets="latest",
-            maxOffsetsPerTrigger=str(self.settings.max_offsets_per_trigger),
+        records = stream_records(
+            spark,
+            self.flow,
+            self.kafka_conf,
+            starting_offsets="latest",
+            max_offsets_per_trigger=self.settings.max_offsets_per_trigger,
+            fail_on_data_loss=self.settings.fail_on_data_loss,
         )
-        events = (
-            spark.readStream.format("tidelake-kafka")
-            .options(**options)
-            .load()
-            .where(F.col("_error").isNull())
-        )
+        events = decode_records(records, self.flow).where(F.col(ERROR_COLUMN).isNull())
         self._producer = Producer(_alert_producer_config(self.kafka_conf))
         log.info(
             "starting %s: %s -> %s and topic %s",

@@ -2,7 +2,7 @@
 
 Where date D can be in Kafka: the engine quarantines a record of D that stands behind a record
 stamped after D closed (end of D plus allowed lateness), or itself is, and one stamped more than
-max_clock_skew before its event time (decode.ProtobufDecoder._check_arrival). So every accepted
+max_clock_skew before its event time (decode and arrival). So every accepted
 record of D lies, per partition, between the first offset stamped at or after start(D) - skew
 and the first offset stamped after D closed: two answers of Kafka's own time index, exact for
 any timestamp type and any order of timestamps. Inside that range the read applies the same
@@ -10,14 +10,14 @@ rule as the stream, with the same lookups, so stream and backfill agree record b
 
 Semantics while the stream runs: the backfill reads a snapshot V of the table, takes the
 stream's committed position E at V (its Delta app transaction names the checkpoint batch whose
-offsets are E), reads the window up to E, and replaces the dates' files of snapshot V. Records
-after E are the stream's to append, and its appends committed after V survive the replace. So
-every accepted record of D is in the table once, and a rerun yields the same rows.
+offsets are E), reads the window up to E, and replaces the dates' files of snapshot V
+(delta_commit.replace_partitions). Records after E are the stream's to append, and its appends
+committed after V survive the replace. So every accepted record of D is in the table once, and a
+rerun yields the same rows.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -26,18 +26,20 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
+from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from tidelake.streaming.arrival import TimeIndex, quarantine_late_arrivals
+from tidelake.streaming.decode import decode_records
 from tidelake.streaming.dedup import drop_repeats_in_batch
+from tidelake.streaming.delta_commit import replace_partitions
+from tidelake.streaming.delta_files import write_data_files
+from tidelake.streaming.delta_write import arrow_schema, good_rows
 from tidelake.streaming.flow_spec import FlowSpec
-from tidelake.streaming.flow_stream import flow_source_options
-from tidelake.streaming.kafka_offsets import (
-    Offsets,
-    PartitionEnds,
-    from_json_offsets,
-    to_json_offsets,
-)
+from tidelake.streaming.flow_stream import KAFKA_TIMEOUT_S
+from tidelake.streaming.kafka_offsets import Offsets, PartitionEnds, from_json_offsets
+from tidelake.streaming.kafka_read import read_records
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.stream_status import table_progress, written_position
 
@@ -162,36 +164,39 @@ def retention_problem(flow: FlowSpec, first_kept_ms: list[int], start_ms: int) -
 
 
 def run_backfill(
-    spark: SparkSession, plan: BackfillPlan, settings: EngineSettings, kafka_conf: dict[str, str]
+    spark: SparkSession,
+    plan: BackfillPlan,
+    settings: EngineSettings,
+    kafka_conf: dict[str, str],
 ) -> BackfillResult:
-    """Read the plan's offsets with the stream's decoder and replace the dates in one commit."""
+    """Read the plan's offsets with the stream's decoder and rules, and replace the dates'
+    files of the plan's snapshot in one commit."""
     flow = plan.flow
     started = time.monotonic()
-    options = flow_source_options(flow, kafka_conf)
-    options.update(
-        startingOffsets=json.dumps(to_json_offsets(plan.start)),
-        endingOffsets=json.dumps(to_json_offsets(plan.end)),
-        minPartitions=str(spark.sparkContext.defaultParallelism),
+    records = read_records(spark, flow, kafka_conf, plan.start, plan.end)
+    # the stream's order: decode, drop repeats, then the time-index half of the arrival rule
+    decoded = drop_repeats_in_batch(decode_records(records, flow), flow).persist(
+        StorageLevel.MEMORY_AND_DISK
     )
-    rows = drop_repeats_in_batch(
-        spark.read.format("tidelake-kafka")
-        .options(**options)
-        .load()
-        .where(F.col("_error").isNull() & F.col(flow.partition_column).isin(*plan.dates)),
-        flow,
-    )
+    ends = PartitionEnds(kafka_conf, f"tidelake-{flow.name}-backfill", KAFKA_TIMEOUT_S)
+    try:
+        checked, _ = quarantine_late_arrivals(decoded, flow, TimeIndex(ends))
+    finally:
+        ends.close()
+    rows = good_rows(checked, flow).where(F.col(flow.partition_column).isin(*plan.dates))
     uri = str(settings.table_path(flow.table))
-    (
-        rows.write.format("tidelake-delta")
-        .mode("overwrite")
-        .options(
-            path=uri,
-            partitionBy=flow.partition_column,
-            replacePartitions=",".join(plan.dates),
-            readVersion=str(plan.read_version),
+    try:
+        files = write_data_files(rows, uri, flow.partition_column, "backfill")
+        replace_partitions(
+            uri,
+            files,
+            schema=arrow_schema(rows),
+            partition_column=flow.partition_column,
+            values=plan.dates,
+            read_version=plan.read_version,
         )
-        .save()
-    )
+    finally:
+        decoded.unpersist()
     progress = table_progress(uri, flow)
     assert progress is not None  # it existed when the plan was made
     counts = {day: progress.rows_by_date.get(day, 0) for day in plan.dates}

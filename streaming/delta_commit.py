@@ -1,4 +1,4 @@
-"""Driver side of the Delta sink: validated, idempotent commits with delta-rs.
+"""Delta commits with delta-rs: validated, idempotent, atomic across processes.
 
 Each micro-batch is one Delta transaction carrying an application transaction
 (app id = the stream's query id, version = batch id). A replayed batch finds its version
@@ -105,6 +105,15 @@ def _same_type(table_type: pa.DataType, stream_type: pa.DataType) -> bool:
         return t
 
     return base(table_type) == base(stream_type)
+
+
+def table_transaction(table_uri: str, app_id: str) -> int | None:
+    """The newest version of an application transaction the table records, None if none (or no
+    table yet)."""
+    try:
+        return DeltaTable(table_uri).transaction_version(app_id)
+    except TableNotFoundError:
+        return None
 
 
 def validate_files(table_uri: str, files: Sequence[DataFile], partition_by: Sequence[str]) -> None:

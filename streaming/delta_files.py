@@ -1,8 +1,7 @@
-"""Executor side of the Delta sink: Arrow batches to partitioned Parquet data files.
+"""Data files of a Delta table: written by Spark, described for a commit by delta-rs.
 
-Executors never import `deltalake` (its tokio runtime panics in forked workers); they write
-Parquet with pyarrow, compute Delta file statistics on the way, and describe each file as a
-`DataFile` that the driver commits.
+The JVM writes Parquet (write_data_files); the driver describes each file as a `DataFile` (size,
+partition value, Delta statistics from the Parquet footer), which delta_commit commits.
 """
 
 from __future__ import annotations
@@ -12,14 +11,14 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from pyspark.sql import DataFrame
 
 _STRING_STATS_MAX_LEN = 32  # Delta truncates longer strings; we skip them instead of guessing
 
@@ -50,25 +49,21 @@ class _FileStats:
     maxs: dict[str, Any] = field(default_factory=dict)
     nulls: dict[str, int] = field(default_factory=dict)
 
-    def add(self, table: pa.Table) -> None:
-        self.rows += table.num_rows
-        for name, column in zip(table.column_names, table.columns, strict=True):
-            self.nulls[name] = self.nulls.get(name, 0) + column.null_count
-            if not _has_min_max(column.type) or column.null_count == len(column):
-                continue
-            lo_hi = pc.min_max(column)
-            lo, hi = lo_hi["min"].as_py(), lo_hi["max"].as_py()
-            if isinstance(lo, float) and not (math.isfinite(lo) and math.isfinite(hi)):
-                self.mins[name] = self.maxs[name] = _UNKNOWN  # JSON has no inf/NaN
-                continue
-            if pa.types.is_string(column.type) and (
-                len(lo) > _STRING_STATS_MAX_LEN or len(hi) > _STRING_STATS_MAX_LEN
-            ):
-                self.mins[name] = self.maxs[name] = _UNKNOWN
-                continue
-            if self.mins.get(name) is not _UNKNOWN:
-                self.mins[name] = lo if name not in self.mins else min(self.mins[name], lo)
-                self.maxs[name] = hi if name not in self.maxs else max(self.maxs[name], hi)
+    def include(self, name: str, lo: Any, hi: Any) -> None:
+        """Widen a column's bounds by one row group's; some values make them unknown."""
+        if self.mins.get(name) is _UNKNOWN:
+            return
+        if isinstance(lo, float) and not (math.isfinite(lo) and math.isfinite(hi)):
+            self.mins[name] = self.maxs[name] = _UNKNOWN  # JSON has no inf/NaN
+            return
+        if isinstance(lo, str) and max(len(lo), len(hi)) > _STRING_STATS_MAX_LEN:
+            self.mins[name] = self.maxs[name] = _UNKNOWN
+            return
+        if isinstance(lo, bytes):
+            self.mins[name] = self.maxs[name] = _UNKNOWN
+            return
+        self.mins[name] = lo if name not in self.mins else min(self.mins[name], lo)
+        self.maxs[name] = hi if name not in self.maxs else max(self.maxs[name], hi)
 
     def to_json(self) -> str:
         known = [k for k, v in self.mins.items() if v is not _UNKNOWN]
@@ -108,123 +103,91 @@ def _stat_value(value: Any, *, up: bool) -> Any:
     return value
 
 
-@dataclass
-class _OpenFile:
-    path: str
-    writer: pq.ParquetWriter
-    stats: _FileStats = field(default_factory=_FileStats)
-    pending: list[pa.Table] = field(default_factory=list)
-    pending_rows: int = 0
+def write_data_files(
+    rows: DataFrame, table_uri: str, partition_column: str, label: str
+) -> list[DataFile]:
+    """Write rows as Parquet data files of the table, with Spark (on the JVM), uncommitted.
 
-
-class PartitionedParquetWriter:
-    """Writes one task's rows: one Parquet file per partition value, unique names.
-
-    Names carry batch, task and attempt plus a random suffix, so retried or speculative tasks
-    never overwrite each other; only files reported to the driver get committed. Spark hands
-    the writer small Arrow batches; they are buffered into row groups of `row_group_rows`,
-    since a row group per batch made Parquet writing the costliest step (measured with py-spy).
+    Spark writes into a fresh staging folder of the table (its own commit protocol makes a
+    failed task's output vanish); the files are then moved into their partition folders and
+    described from their Parquet footers. Nothing is visible to readers until a Delta commit
+    names the files; an uncommitted file (a crash before the commit) is left for vacuum.
     """
-
-    def __init__(
-        self,
-        table_uri: str,
-        schema: pa.Schema,
-        partition_by: Sequence[str],
-        *,
-        file_prefix: str,
-        compression: str = "zstd",
-        row_group_rows: int = 131_072,
-    ):
-        self._fs, self._root = table_filesystem(table_uri)
-        self._partition_by = list(partition_by)
-        self._data_schema = pa.schema([f for f in schema if f.name not in self._partition_by])
-        self._prefix = file_prefix
-        self._compression = compression
-        self._row_group_rows = row_group_rows
-        self._open: dict[tuple[str, ...], _OpenFile] = {}
-
-    def write(self, table: pa.Table) -> None:
-        if table.num_rows == 0:
-            return
-        if not self._partition_by:
-            self._append((), table)
-            return
-        keys = table.select(self._partition_by)
-        if all(pc.count_distinct(c).as_py() == 1 for c in keys.columns):
-            self._append(tuple(_partition_string(c[0]) for c in keys.columns), table)
-            return
-        groups = keys.group_by(self._partition_by, use_threads=False).aggregate([])
-        for row in groups.to_pylist():
-            mask = None
-            for name in self._partition_by:
-                cond = pc.equal(table[name], pa.scalar(row[name], table.schema.field(name).type))
-                mask = cond if mask is None else pc.and_(mask, cond)
-            self._append(
-                tuple(_partition_string(pa.scalar(row[n])) for n in self._partition_by),
-                table.filter(mask),
-            )
-
-    def _append(self, values: tuple[str, ...], table: pa.Table) -> None:
-        file = self._open.get(values) or self._new_file(values)
-        file.pending.append(table.drop_columns(self._partition_by))
-        file.pending_rows += table.num_rows
-        if file.pending_rows >= self._row_group_rows:
-            self._flush(file)
-
-    def _new_file(self, values: tuple[str, ...]) -> _OpenFile:
-        folder = "/".join(f"{k}={v}" for k, v in zip(self._partition_by, values, strict=True))
-        name = f"{self._prefix}-{uuid.uuid4().hex[:12]}.{self._compression}.parquet"
-        rel = f"{folder}/{name}" if folder else name
-        self._fs.create_dir(f"{self._root}/{folder}" if folder else self._root, recursive=True)
-        writer = pq.ParquetWriter(
-            f"{self._root}/{rel}",
-            self._data_schema,
-            filesystem=self._fs,
-            compression=self._compression,
-            coerce_timestamps="us",
-            allow_truncated_timestamps=False,
-        )
-        file = self._open[values] = _OpenFile(rel, writer)
-        return file
-
-    @staticmethod
-    def _flush(file: _OpenFile) -> None:
-        if not file.pending:
-            return
-        data = pa.concat_tables(file.pending).combine_chunks()
-        file.writer.write_table(data, row_group_size=len(data))
-        file.stats.add(data)
-        file.pending, file.pending_rows = [], 0
-
-    def close(self) -> list[DataFile]:
-        files = []
-        for values, file in self._open.items():
-            self._flush(file)
-            file.writer.close()
-            info = self._fs.get_file_info(f"{self._root}/{file.path}")
-            files.append(
-                DataFile(
-                    path=file.path,
-                    size=info.size,
-                    partition_values=dict(zip(self._partition_by, values, strict=True)),
-                    modification_time=int(time.time() * 1000),
-                    num_records=file.stats.rows,
-                    stats=file.stats.to_json(),
-                )
-            )
-        self._open.clear()
-        return files
-
-    def abort(self) -> None:
-        for file in self._open.values():
-            file.writer.close()
-            self._fs.delete_file(f"{self._root}/{file.path}")
-        self._open.clear()
+    fs, root = table_filesystem(table_uri)
+    staging = f"{STAGING_FOLDER}/{label}-{uuid.uuid4().hex[:12]}"
+    (
+        rows.write.mode("errorifexists")
+        .partitionBy(partition_column)
+        .option("compression", "zstd")
+        .parquet(f"{table_uri.rstrip('/')}/{staging}")
+    )
+    files: list[DataFile] = []
+    try:
+        for info in fs.get_file_info(pafs.FileSelector(f"{root}/{staging}", recursive=True)):
+            relative = info.path[len(f"{root}/{staging}/") :]
+            if info.type != pafs.FileType.File or not relative.endswith(".parquet"):
+                continue
+            if any(part.startswith((".", "_")) for part in relative.split("/")):
+                continue
+            folder = relative.rsplit("/", 1)[0]
+            fs.create_dir(f"{root}/{folder}", recursive=True)
+            fs.move(info.path, f"{root}/{relative}")
+            described = describe_file(fs, root, relative, partition_column)
+            if described.num_records > 0:
+                files.append(described)
+    finally:
+        fs.delete_dir_contents(f"{root}/{staging}", missing_dir_ok=True)
+        fs.delete_dir(f"{root}/{staging}")
+    return files
 
 
-def _partition_string(scalar: pa.Scalar) -> str:
-    value = scalar.as_py()
-    if isinstance(value, dt.date | dt.datetime):
-        return value.isoformat()
-    return str(value)
+STAGING_FOLDER = "_tidelake_staging"
+"""Where Spark writes data files before they move into the table's partition folders."""
+
+
+def describe_file(fs: pafs.FileSystem, root: str, relative: str, partition_column: str) -> DataFile:
+    """A data file of the table as a Delta add action needs it: size, partition value (from its
+    folder, Spark's `name=value` layout) and statistics (from its Parquet footer)."""
+    folder, _ = relative.rsplit("/", 1)
+    name, _, value = folder.rpartition("/")[2].partition("=")
+    if name != partition_column:
+        raise ValueError(f"{relative} is not in a {partition_column}=<value> folder")
+    info = fs.get_file_info(f"{root}/{relative}")
+    metadata = pq.read_metadata(f"{root}/{relative}", filesystem=fs)
+    stats = _footer_stats(metadata)
+    return DataFile(
+        path=relative,
+        size=info.size,
+        partition_values={partition_column: unquote(value)},
+        modification_time=int(time.time() * 1000),
+        num_records=stats.rows,
+        stats=stats.to_json(),
+    )
+
+
+def _footer_stats(metadata: pq.FileMetaData) -> _FileStats:
+    """Delta statistics from the row groups' column statistics (no data is read)."""
+    stats = _FileStats(rows=metadata.num_rows)
+    schema = metadata.schema.to_arrow_schema()
+    for i in range(metadata.num_row_groups):
+        group = metadata.row_group(i)
+        for j in range(group.num_columns):
+            column = group.column(j)
+            name = column.path_in_schema
+            column_stats = column.statistics
+            nulls = column_stats.null_count if column_stats is not None else None
+            if nulls is None:
+                stats.nulls[name] = _UNKNOWN_COUNT
+            elif stats.nulls.get(name) is not _UNKNOWN_COUNT:
+                stats.nulls[name] = stats.nulls.get(name, 0) + nulls
+            known = column_stats is not None and column_stats.has_min_max
+            if not known or not _has_min_max(schema.field(name).type):
+                if known or group.num_rows > (nulls or 0):
+                    stats.mins[name] = stats.maxs[name] = _UNKNOWN
+                continue
+            stats.include(name, column_stats.min, column_stats.max)
+    stats.nulls = {k: v for k, v in stats.nulls.items() if v is not _UNKNOWN_COUNT}
+    return stats
+
+
+_UNKNOWN_COUNT = -1

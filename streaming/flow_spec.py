@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any, Literal
@@ -46,6 +46,16 @@ class FlowSpecError(ValueError):
 
 
 @dataclass(frozen=True)
+class FieldCheck:
+    """A bound on one field's values, part of the flow's contract (see flow_contract)."""
+
+    pattern: str | None = None
+    """Strings: the whole value must match this regular expression (Python and Java syntax)."""
+    min_value: float | None = None
+    max_value: float | None = None
+
+
+@dataclass(frozen=True)
 class FlowSpec:
     """Everything the platform needs to know about one event type."""
 
@@ -56,6 +66,9 @@ class FlowSpec:
     event_time_field: str
     event_time_unit: EventTimeUnit = "ms"
     required_fields: tuple[str, ...] = ()
+    """Fields that must be set, besides the key and the event time (see flow_contract)."""
+    field_checks: Mapping[str, FieldCheck] = field(default_factory=dict, compare=False)
+    """Bounds on field values, checked by the ingest service, the stream and the quality suite."""
     topic_partitions: int = 4
     allowed_lateness: timedelta = timedelta(hours=2)
     """How long after the end of a UTC date its events are still accepted (by Kafka timestamp);
@@ -105,6 +118,8 @@ class FlowSpec:
         for name in self.required_fields:
             if name not in fields:
                 raise FlowSpecError(f"flow {self.name}: required field {name!r} does not exist")
+        for name, check in self.field_checks.items():
+            _check_field_check(self.name, fields, name, check)
         time_field = fields[self.event_time_field]
         if time_field.type not in _INTEGER_TYPES:
             raise FlowSpecError(
@@ -179,6 +194,29 @@ _INTEGER_TYPES = {
     FieldDescriptor.TYPE_SFIXED32,
     FieldDescriptor.TYPE_SFIXED64,
 }
+
+
+_NUMBER_TYPES = _INTEGER_TYPES | {FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE}
+
+
+def _check_field_check(
+    flow: str, fields: Mapping[str, FieldDescriptor], name: str, check: FieldCheck
+) -> None:
+    if name not in fields:
+        raise FlowSpecError(f"flow {flow}: field_checks names {name!r}, which is not a field")
+    kind = fields[name].type
+    if check.pattern is not None:
+        if kind != FieldDescriptor.TYPE_STRING:
+            raise FlowSpecError(f"flow {flow}: field_checks[{name!r}].pattern needs a string field")
+        try:
+            re.compile(check.pattern)
+        except re.error as exc:
+            raise FlowSpecError(
+                f"flow {flow}: field_checks[{name!r}].pattern is not a regex: {exc}"
+            ) from None
+    bounded = check.min_value is not None or check.max_value is not None
+    if bounded and kind not in _NUMBER_TYPES:
+        raise FlowSpecError(f"flow {flow}: field_checks[{name!r}] bounds need a numeric field")
 
 
 def _is_repeated(f: FieldDescriptor) -> bool:

@@ -12,26 +12,33 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from tidelake.streaming.arrival import TimeIndex
 from tidelake.streaming.checkpoint_upgrade import (
     lacks_state,
     pinned_start,
     recover_upgrade,
     start_new_checkpoint,
 )
-from tidelake.streaming.decode import ProtobufDecoder
+from tidelake.streaming.decode import decode_records
 from tidelake.streaming.dedup import drop_repeats_in_stream
-from tidelake.streaming.delta_commit import ensure_table
-from tidelake.streaming.delta_sink import SinkPlan
+from tidelake.streaming.delta_write import MicroBatchWriter, ensure_flow_tables
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.kafka_admin import require_topic
+from tidelake.streaming.kafka_offsets import PartitionEnds
+from tidelake.streaming.kafka_read import stream_records
 from tidelake.streaming.settings import EngineSettings, redact
 
 log = logging.getLogger(__name__)
 
+KAFKA_TIMEOUT_S = 30.0
+"""How long the driver waits for Kafka's time index before the batch fails."""
+
 
 @dataclass
 class FlowStream:
-    """Builds and runs the streaming query of one declared flow."""
+    """Builds and runs the streaming query of one declared flow: Spark's Kafka source, the JVM
+    decoder and rules (decode), Spark's deduplication (dedup), then foreachBatch into Delta
+    (delta_write)."""
 
     flow: FlowSpec
     settings: EngineSettings
@@ -57,22 +64,6 @@ class FlowStream:
         """Fail fast, before Spark starts, if the broker or the topic is missing."""
         require_topic(self.kafka_conf, self.flow.topic)
 
-    def source_options(self) -> dict[str, str]:
-        options = flow_source_options(self.flow, self.kafka_conf)
-        options.update(
-            startingOffsets=pinned_start(self.checkpoint) or "earliest",
-            maxOffsetsPerTrigger=str(self.settings.max_offsets_per_trigger),
-            failOnDataLoss=str(self.settings.fail_on_data_loss).lower(),
-        )
-        return options
-
-    def sink_options(self) -> dict[str, str]:
-        return {
-            "path": self.table_uri,
-            "partitionBy": self.flow.partition_column,
-            "quarantine.path": self.quarantine_uri,
-        }
-
     def start(self, spark: SparkSession, *, available_now: bool = False) -> StreamingQuery:
         log.info(
             "starting %s: topic %s -> %s (kafka %s)",
@@ -84,16 +75,27 @@ class FlowStream:
         recover_upgrade(self.checkpoint)
         if self.flow.dedup_key is not None and lacks_state(self.checkpoint):
             start_new_checkpoint(self.checkpoint, self.table_uri, self.quarantine_uri)
-        stream = spark.readStream.format("tidelake-kafka").options(**self.source_options()).load()
-        plan = SinkPlan.from_options(self.sink_options(), stream.schema)
-        for layout in (plan.main, plan.quarantine):
-            if layout is not None:
-                ensure_table(layout.uri, layout.schema, layout.partition_by)
+        records = stream_records(
+            spark,
+            self.flow,
+            self.kafka_conf,
+            starting_offsets=pinned_start(self.checkpoint) or "earliest",
+            max_offsets_per_trigger=self.settings.max_offsets_per_trigger,
+            fail_on_data_loss=self.settings.fail_on_data_loss,
+        )
+        decoded = decode_records(records, self.flow)
+        ensure_flow_tables(decoded, self.flow, self.table_uri, self.quarantine_uri)
+        index = TimeIndex(
+            PartitionEnds(self.kafka_conf, f"tidelake-{self.flow.name}-index", KAFKA_TIMEOUT_S)
+        )
         writer = (
-            drop_repeats_in_stream(stream, self.flow)
-            .writeStream.format("tidelake-delta")
+            drop_repeats_in_stream(decoded, self.flow)
+            .writeStream.foreachBatch(
+                MicroBatchWriter(
+                    self.flow, self.table_uri, self.quarantine_uri, self.checkpoint, index
+                )
+            )
             .queryName(self.query_name)
-            .options(**self.sink_options())
             .option("checkpointLocation", self.checkpoint)
         )
         if available_now:
@@ -101,18 +103,6 @@ class FlowStream:
         else:
             writer = writer.trigger(processingTime=self.settings.trigger_interval)
         return writer.start()
-
-
-def flow_source_options(flow: FlowSpec, kafka_conf: Mapping[str, str]) -> dict[str, str]:
-    """Options of `format("tidelake-kafka")` that read and decode a flow's topic."""
-    options = {f"kafka.{k}": v for k, v in kafka_conf.items()}
-    options.update(
-        subscribe=flow.topic,
-        failOnDataLoss="true",
-        groupIdPrefix=f"tidelake-{flow.name}",
-    )
-    options["tidelake.decoder"] = ProtobufDecoder.for_flow(flow).to_json()
-    return options
 
 
 ProgressHandler = Callable[[StreamingQuery, dict[str, Any] | None], None]

@@ -140,7 +140,8 @@ def _copy_dependencies(
 ) -> subprocess.CompletedProcess[str]:
     command = [mvn, "-B", "-q", "-f", str(pom), f"-Dtidelake.jars={out}"]
     command += ["-o"] if offline else []
-    command += ["dependency:copy-dependencies"]
+    # package builds tidelake's own module (jvm/spark-extensions) before its jar is copied
+    command += ["package", "dependency:copy-dependencies"]
     return subprocess.run(command, capture_output=True, text=True, check=False)
 
 

@@ -1,4 +1,4 @@
-"""Kafka offsets for the source: partition ends, Kafka's time index, offset JSON, range planning.
+"""Kafka offsets seen from the driver: partition ends, Kafka's time index, offset JSON.
 
 Ends are Kafka's ListOffsets answers under read_committed: the last stable offset, so a range
 never reaches into a transaction that is still open. Time lookups use Kafka's own time index
@@ -9,13 +9,10 @@ timestamp seen so far.
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -30,20 +27,6 @@ LATEST = -1
 
 class KafkaSourceError(RuntimeError):
     """The Kafka source cannot go on: a missing topic, lost data, an unreachable broker."""
-
-
-@dataclass(frozen=True)
-class OffsetRange:
-    """Offsets [start, end) of one topic-partition."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-
-    @property
-    def size(self) -> int:
-        return self.end - self.start
 
 
 def to_json_offsets(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
@@ -61,61 +44,6 @@ def from_json_offsets(doc: Mapping[str, Mapping[str, int]] | str) -> Offsets:
     if isinstance(doc, str):
         doc = json.loads(doc)
     return {(t, int(p)): int(o) for t, parts in doc.items() for p, o in parts.items()}
-
-
-def rate_limit(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
-    """Cap a batch at max_rows, shared across partitions in proportion to their backlog."""
-    end = {tp: max(e, start.get(tp, e)) for tp, e in end.items()}
-    sizes = {tp: end[tp] - start.get(tp, end[tp]) for tp in end}
-    total = sum(sizes.values())
-    if total <= max_rows:
-        return end
-    shares = {tp: max_rows * size / total for tp, size in sizes.items()}
-    taken = {tp: math.floor(share) for tp, share in shares.items()}
-    leftover = max_rows - sum(taken.values())
-    for tp in sorted(shares, key=lambda tp: shares[tp] - taken[tp], reverse=True)[:leftover]:
-        taken[tp] += 1
-    return {tp: start.get(tp, end[tp]) + taken[tp] for tp in end}
-
-
-def plan_ranges(
-    start: Offsets, end: Offsets, *, min_tasks: int, pack_below_rows: int
-) -> list[list[OffsetRange]]:
-    """Group the batch's offset ranges into tasks.
-
-    A small batch is packed into one task (one Python worker round trip: lower latency); a
-    large one gets at least min_tasks tasks, splitting the largest ranges so both cores work.
-    """
-    ranges = [
-        OffsetRange(t, p, start.get((t, p), e), e)
-        for (t, p), e in sorted(end.items())
-        if e > start.get((t, p), e)
-    ]
-    total = sum(r.size for r in ranges)
-    if not ranges:
-        return []
-    if total < pack_below_rows:
-        return [ranges]
-    pieces = _share(max(min_tasks, len(ranges)), [r.size for r in ranges])
-    tasks: list[list[OffsetRange]] = []
-    for r, count in zip(ranges, pieces, strict=True):
-        count = min(count, r.size)
-        bounds = [r.start + r.size * i // count for i in range(count + 1)]
-        tasks += [
-            [OffsetRange(r.topic, r.partition, lo, hi)] for lo, hi in itertools.pairwise(bounds)
-        ]
-    return tasks
-
-
-def _share(total: int, weights: list[int]) -> list[int]:
-    """Split total into len(weights) whole parts, each >= 1, in proportion (largest remainder)."""
-    whole = sum(weights)
-    exact = [max(1.0, total * w / whole) for w in weights]
-    parts = [math.floor(e) for e in exact]
-    order = sorted(range(len(weights)), key=lambda i: exact[i] - parts[i], reverse=True)
-    for i in order[: max(0, total - sum(parts))]:
-        parts[i] += 1
-    return parts
 
 
 def consumer_config(kafka_conf: Mapping[str, str], group_prefix: str) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""The SparkSession the engine runs in, with tidelake's data sources registered."""
+"""The SparkSession the engine runs in: the jar cache on its classpath, Delta configured."""
 
 from __future__ import annotations
 
@@ -9,16 +9,14 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession
 
 from tidelake.streaming import spark_class_archive as class_archive
-from tidelake.streaming.delta_sink import DeltaSinkDataSource
 from tidelake.streaming.jvm_jars import spark_jars
-from tidelake.streaming.kafka_source import KafkaDataSource
 
 DEFAULT_SPARK_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "4",
-    # an idle stream should not plan empty batches; the Delta sink commits only real data
+    # an idle stream should not plan empty batches
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
     # deduplication state on local disk, not the JVM heap: a backlog's keys can be many
     "spark.sql.streaming.stateStore.providerClass": (
@@ -28,12 +26,15 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
     # Delta through delta-spark (jars from the jar cache, see jvm_jars)
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-    "spark.python.worker.reuse": "true",
+    # commits atomic across processes on the local filesystem (Delta's own LocalLogStore is
+    # atomic only within one JVM): see jvm/spark-extensions AtomicLocalLogStore
+    "spark.delta.logStore.file.impl": "dev.tidelake.delta.AtomicLocalLogStore",
+    # a snapshot's state is rebuilt with this many tasks (default 50, for clusters)
+    "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
-    # rows per Arrow batch handed to Python writers (default 10,000): fewer round trips
-    "spark.sql.execution.arrow.maxRecordsPerBatch": "65536",
-    # workers fork from a daemon that has already imported pyarrow, protobuf, confluent-kafka
-    "spark.python.daemon.module": "tidelake.streaming.spark_worker_daemon",
+    # data files that delta-rs commits (delta_files): Delta's timestamp encoding, no _SUCCESS
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
 }
 
 
@@ -79,7 +80,7 @@ def build_spark_session(
     *,
     use_class_archive: bool = True,
 ) -> SparkSession:
-    """Get or create the engine's session (see spark_session_conf) with its data sources."""
+    """Get or create the engine's session (see spark_session_conf)."""
     prepare_environment(master)
     builder = SparkSession.builder
     for key, value in spark_session_conf(
@@ -101,13 +102,6 @@ def prepare_environment(master: str) -> None:
 
 
 def prepare_session(spark: SparkSession) -> SparkSession:
-    """Quiet Spark's logs and register tidelake's data sources on a session built elsewhere."""
+    """Quiet Spark's logs on a session, also one built elsewhere (a Dagster resource)."""
     spark.sparkContext.setLogLevel(os.environ.get("TIDELAKE_SPARK_LOG_LEVEL", "WARN"))
-    register_data_sources(spark)
     return spark
-
-
-def register_data_sources(spark: SparkSession) -> None:
-    """Make format("tidelake-kafka") and format("tidelake-delta") available."""
-    spark.dataSource.register(KafkaDataSource)
-    spark.dataSource.register(DeltaSinkDataSource)

@@ -4,9 +4,9 @@ Spark loads ~20,000 classes at start-up. On 2 cores that is most of the fixed co
 (measured with the archive `build_archive` makes: session 6.5 s -> 4.7 s, first job
 2.4 s -> 1.5 s, JVM CPU 12.6 s -> 8.4 s). The archive is made once per JDK + pyspark install
 by a short training run (`tidelake spark-archive`, also run by `make venv`) that exercises the
-engine's code paths (Python data source reader and Arrow stream writer) under
--XX:ArchiveClassesAtExit. Sessions
-use it when present; a stale or foreign archive is ignored by the JVM, never fatal.
+engine's code paths (decode, deduplication, Parquet writes, Delta reads) under
+-XX:ArchiveClassesAtExit. Sessions use it when present; a stale or foreign archive is ignored
+by the JVM, never fatal.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pyspark
 
@@ -87,56 +88,53 @@ def _prune(cache: Path, keep: int) -> None:
 
 
 def _train(archive: str, work: str) -> None:
-    """The training workload: what a stream does, on an in-process source."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    """The training workload: what a stream does (decode, deduplicate, write data files, commit
+    with delta-rs, read Delta with delta-spark), on Spark's rate source instead of Kafka."""
+    from pyspark.sql import functions as F
 
+    from tidelake.protos.call_pb2 import CallEvent
+    from tidelake.streaming.decode import decode_records
+    from tidelake.streaming.dedup import drop_repeats_in_stream
+    from tidelake.streaming.delta_write import commit_rows, good_rows
+    from tidelake.streaming.flows import CALL_EVENTS
     from tidelake.streaming.session import build_spark_session
-
-    class CounterReader(DataSourceStreamReader):
-        def initialOffset(self) -> dict:
-            return {"n": 0}
-
-        def latestOffset(self, start: dict, limit: object) -> dict:
-            return {"n": min(start["n"] + 1000, 3000)}
-
-        def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-            return [InputPartition((start["n"], end["n"]))]
-
-        def read(self, partition: InputPartition):
-            import pyarrow as pa
-
-            lo, hi = partition.value
-            yield pa.record_batch(
-                {
-                    "id": pa.array(range(lo, hi), pa.int64()),
-                    "date": pa.array([0] * (hi - lo), pa.date32()),
-                }
-            )
-
-    class CounterSource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return "tidelake-cds-counter"
-
-        def schema(self) -> str:
-            return "id long, date date"
-
-        def streamReader(self, schema: object) -> DataSourceStreamReader:
-            return CounterReader()
 
     spark = build_spark_session(
         conf={"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={archive} -Xlog:cds=off"},
         use_class_archive=False,
     )
-    spark.dataSource.register(CounterSource)
-    query = (
-        spark.readStream.format("tidelake-cds-counter")
+    event = CallEvent(
+        call_sid="CA" + "0" * 32,
+        account_sid="AC" + "0" * 32,
+        duration=1,
+        call_state=CallEvent.completed,
+        region=CallEvent.us1,
+        event_time=1_700_000_000_000,
+    ).SerializeToString()
+    records = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 1000)
         .load()
-        .writeStream.format("tidelake-delta")
-        .option("path", f"{work}/table")
-        .option("partitionBy", "date")
+        .select(
+            F.lit(None).cast("binary").alias("key"),
+            F.lit(event).alias("value"),
+            F.lit("training").alias("topic"),
+            F.lit(0).alias("partition"),
+            F.col("value").alias("offset"),
+            F.lit("2023-11-14 22:13:20").cast("timestamp").alias("timestamp"),
+        )
+    )
+    table = f"{work}/table"
+
+    def write(batch: Any, batch_id: int) -> None:
+        commit_rows(good_rows(batch, CALL_EVENTS), table, "date", "training", batch_id)
+        spark.read.format("delta").load(table).count()
+
+    query = (
+        drop_repeats_in_stream(decode_records(records, CALL_EVENTS), CALL_EVENTS)
+        .writeStream.foreachBatch(write)
         .option("checkpointLocation", f"{work}/checkpoint")
-        .trigger(availableNow=True)
+        .trigger(once=True)
         .start()
     )
     query.awaitTermination(300)

@@ -29,3 +29,12 @@ def duckdb_query(sql: str) -> list[tuple]:
         return con.sql(sql).fetchall()
     finally:
         con.close()
+
+
+def poison_kind(error: str) -> str:
+    """The demo producer's name for the kind of poison a quarantine reason reports:
+    "undecodable", "too_late", "empty_value", or "missing_<field>"."""
+    field, _, problem = error.partition(": ")
+    if problem == "is required":
+        return f"missing_{field}"
+    return field.replace(" ", "_")

@@ -151,7 +151,7 @@ def test_backfill_while_the_stream_writes_into_the_same_day(
     history = produce_demo_events(
         flow, kafka_conf, count=2000, days=2, seed=13, progress=False, collect_keys=True
     )
-    producer = BackgroundProducer(flow, kafka_conf, count=3000, rate=600, late_share=0.2, seed=14)
+    producer = BackgroundProducer(flow, kafka_conf, count=4000, rate=400, late_share=0.2, seed=14)
     with running_stream(spark, flow, engine_settings, kafka_conf) as stream:
         producer.start()
         time.sleep(0.5)

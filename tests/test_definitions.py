@@ -71,7 +71,7 @@ def test_spark_comes_from_one_lazy_dagster_pyspark_resource() -> None:
     resources = defs.resources
     assert isinstance(resources["spark"], LazyPySparkResource)
     conf = resources["spark"].spark_config
-    assert conf["spark.python.daemon.module"] == "tidelake.streaming.spark_worker_daemon"
+    assert conf["spark.delta.logStore.file.impl"] == "dev.tidelake.delta.AtomicLocalLogStore"
     assert conf["spark.sql.session.timeZone"] == "UTC"
 
 

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 from flows import PAGE_VIEWS
-from lake_readers import delta_version, duckdb_query, read_delta
+from lake_readers import delta_version, duckdb_query, poison_kind, read_delta
 from live_stream import run_available_now
 
 from tidelake.platform.produce import produce_demo_events
@@ -64,9 +64,7 @@ def test_call_events_exactly_once_with_quarantine_and_checkpoint_resume(
 
     quarantine = read_delta(stream.quarantine_uri)
     assert quarantine.num_rows == first.malformed
-    errors = Counter(
-        e.split(":")[0].replace(" ", "_") for e in quarantine.column("error").to_pylist()
-    )
+    errors = Counter(poison_kind(e) for e in quarantine.column("error").to_pylist())
     assert dict(errors) == first.malformed_kinds
     assert all(v is not None for v in quarantine.column("value").to_pylist()) or errors.get(
         "empty_value"

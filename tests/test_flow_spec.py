@@ -15,9 +15,9 @@ from google.protobuf.descriptor_pb2 import FieldDescriptorProto as F
 from google.protobuf.message import Message
 
 from tidelake.protos.call_pb2 import CallEvent
-from tidelake.streaming.decode import ProtobufDecoder
 from tidelake.streaming.flow_spec import FlowSpec, FlowSpecError
 from tidelake.streaming.flows import CALL_EVENTS, FLOWS, get_flow
+from tidelake.streaming.table_schema import table_schema
 
 
 def message_class(fields: list[tuple]) -> type[Message]:
@@ -175,7 +175,7 @@ def test_names_clashing_with_decoder_columns_are_rejected(field, partition_colum
         flow = custom_flow(message, partition_column=partition_column)
     except FlowSpecError:
         return
-    names = ProtobufDecoder.for_flow(flow).schema.names
+    names = table_schema(flow).names
     assert len(names) == len(set(names)), f"duplicate columns in {names}"
 
 

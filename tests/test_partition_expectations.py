@@ -11,14 +11,12 @@ import pytest
 from deltalake import write_deltalake
 
 from tidelake.assets.partition_expectations import validate_partition
-from tidelake.streaming.decode import ProtobufDecoder
 from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.table_schema import table_schema
 
 DAY = "2026-11-20"
 START = datetime(2026, 11, 20, tzinfo=UTC)
-SCHEMA = pa.schema(
-    [f for f in ProtobufDecoder.for_flow(CALL_EVENTS).schema if not f.name.startswith("_")]
-)
+SCHEMA = pa.schema([f for f in table_schema(CALL_EVENTS) if not f.name.startswith("_")])
 
 
 def clean_rows(n: int) -> list[dict[str, Any]]:

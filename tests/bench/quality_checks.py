@@ -14,8 +14,8 @@ from common import write_figures
 from deltalake import write_deltalake
 
 from tidelake.assets.partition_expectations import validate_partition
-from tidelake.streaming.decode import ProtobufDecoder
 from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.table_schema import table_schema
 
 DAY = "2026-11-20"
 
@@ -25,9 +25,7 @@ def partition(rows: int) -> pa.Table:
     start_us = int(datetime(2026, 11, 20, tzinfo=UTC).timestamp() * 1_000_000)
     event_us = np.sort(start_us + rng.integers(0, 86_400_000_000, rows))
     hex_ids = [f"{v:032x}" for v in rng.integers(0, 2**62, rows, dtype=np.int64)]
-    schema = pa.schema(
-        [f for f in ProtobufDecoder.for_flow(CALL_EVENTS).schema if not f.name.startswith("_")]
-    )
+    schema = pa.schema([f for f in table_schema(CALL_EVENTS) if not f.name.startswith("_")])
     columns = {
         "call_sid": pa.array([f"CA{h}" for h in hex_ids]),
         "account_sid": pa.array([f"AC{i % 25:032x}" for i in range(rows)]),

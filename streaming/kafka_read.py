@@ -1,0 +1,116 @@
+"""Reading a flow's topic with Spark's own Kafka source (`format("kafka")`), stream or batch.
+
+tidelake's Kafka settings are librdkafka's (settings.kafka_client_config: the ingest service and
+the driver-side probes use confluent-kafka); Spark's source runs the Java client, whose names
+differ for security. `java_client_options` translates them, so one set of KAFKA_* variables
+configures both. Every read is read_committed: records of aborted transactions are skipped and a
+read never reaches into an open transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from pyspark.sql import DataFrame, SparkSession
+
+from tidelake.streaming.flow_spec import FlowSpec
+from tidelake.streaming.kafka_offsets import Offsets, to_json_offsets
+from tidelake.streaming.settings import ConfigError
+
+_JAAS_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+_RENAMED = {
+    "sasl.mechanisms": "sasl.mechanism",
+    "ssl.ca.location": "ssl.truststore.location",
+    "ssl.certificate.location": "ssl.keystore.certificate.chain",
+    "ssl.key.location": "ssl.keystore.key",
+}
+_LIBRDKAFKA_ONLY = {"sasl.username", "sasl.password", "debug", "log_level"}
+
+
+def java_client_options(kafka_conf: Mapping[str, str]) -> dict[str, str]:
+    """librdkafka settings as the Java client's (unprefixed); SASL credentials become a JAAS
+    config. A setting both clients share (client.id, security.protocol...) passes unchanged."""
+    out: dict[str, str] = {}
+    for name, value in kafka_conf.items():
+        if name in _LIBRDKAFKA_ONLY:
+            continue
+        out[_RENAMED.get(name, name)] = str(value)
+    if "ssl.ca.location" in kafka_conf:
+        out["ssl.truststore.type"] = "PEM"
+    if "sasl.username" in kafka_conf:
+        mechanism = str(kafka_conf.get("sasl.mechanisms", kafka_conf.get("sasl.mechanism", "")))
+        module = _JAAS_MODULES.get(mechanism.upper())
+        if module is None:
+            raise ConfigError(
+                f"KAFKA_SASL_MECHANISM={mechanism or '(unset)'}: tidelake passes a username and "
+                f"password to Spark's Kafka source only for {', '.join(_JAAS_MODULES)}"
+            )
+        out["sasl.mechanism"] = mechanism.upper()
+        out["sasl.jaas.config"] = (
+            f"{module} required username={_quoted(kafka_conf['sasl.username'])} "
+            f"password={_quoted(kafka_conf.get('sasl.password', ''))};"
+        )
+    return out
+
+
+def source_options(flow: FlowSpec, kafka_conf: Mapping[str, str]) -> dict[str, str]:
+    """Options of `format("kafka")` shared by the stream and batch reads of a flow's topic."""
+    options = {f"kafka.{k}": v for k, v in java_client_options(kafka_conf).items()}
+    options.update(
+        {
+            "subscribe": flow.topic,
+            "kafka.isolation.level": "read_committed",
+            "groupIdPrefix": f"tidelake-{flow.name}",
+            "includeHeaders": "false",
+        }
+    )
+    return options
+
+
+def stream_records(
+    spark: SparkSession,
+    flow: FlowSpec,
+    kafka_conf: Mapping[str, str],
+    *,
+    starting_offsets: str,
+    max_offsets_per_trigger: int,
+    fail_on_data_loss: bool,
+) -> DataFrame:
+    """The flow's topic as a streaming DataFrame of Spark's Kafka rows."""
+    options = source_options(flow, kafka_conf)
+    options.update(
+        startingOffsets=starting_offsets,
+        maxOffsetsPerTrigger=str(max_offsets_per_trigger),
+        failOnDataLoss=str(fail_on_data_loss).lower(),
+    )
+    return spark.readStream.format("kafka").options(**options).load()
+
+
+def read_records(
+    spark: SparkSession,
+    flow: FlowSpec,
+    kafka_conf: Mapping[str, str],
+    start: Offsets,
+    end: Offsets,
+) -> DataFrame:
+    """The records [start, end) of every partition of the flow's topic, as a batch DataFrame.
+
+    failOnDataLoss stays on: a range that retention has already cut fails the read instead of
+    silently returning less.
+    """
+    options = source_options(flow, kafka_conf)
+    options.update(
+        startingOffsets=json.dumps(to_json_offsets(start)),
+        endingOffsets=json.dumps(to_json_offsets(end)),
+        failOnDataLoss="true",
+    )
+    return spark.read.format("kafka").options(**options).load()
+
+
+def _quoted(value: str) -> str:
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
