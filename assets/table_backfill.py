@@ -12,8 +12,8 @@ import dagster as dg
 from tidelake.streaming.backfill import (
     BackfillError,
     BackfillResult,
+    backfill_dates,
     plan_backfill,
-    run_backfill,
 )
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.session import prepare_environment, prepare_session
@@ -42,17 +42,18 @@ def build_table_asset(
         dates = list(context.partition_keys)
         kafka_conf = context.resources.kafka.client_config()
         try:
-            plan = plan_backfill(flow, dates, settings, kafka_conf)
+            plan_backfill(flow, dates, settings, kafka_conf)  # refusals before Spark starts
+            prepare_environment(settings.spark_master)
+            spark = prepare_session(context.resources.spark.spark_session)
+            result = backfill_dates(spark, flow, dates, settings, kafka_conf)
         except BackfillError as exc:
             raise dg.Failure(description=str(exc)) from None
+        plan = result.plan
         context.log.info(
             f"backfill {dates[0]}..{dates[-1]}: {plan.records} Kafka records, window "
             f"{plan.window[0]:%Y-%m-%d %H:%M} .. {plan.window[1]:%Y-%m-%d %H:%M} UTC, table "
             f"version {plan.read_version}"
         )
-        prepare_environment(settings.spark_master)
-        spark = prepare_session(context.resources.spark.spark_session)
-        result = run_backfill(spark, plan, settings, kafka_conf)
         return dg.MaterializeResult(metadata=_metadata(result))
 
     return backfill

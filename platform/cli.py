@@ -301,9 +301,16 @@ def produce(
     metavar="KEY=VALUE",
     help="A Spark setting; repeatable (added to TIDELAKE_SPARK_CONF).",
 )
+@click.option(
+    "--restart-from-table",
+    is_flag=True,
+    help="Keep the checkpoint under a new name and start a new one where the table's last batch "
+    "ended (after restoring the table from an older copy).",
+)
 def stream(
     flow: str,
     available_now: bool,
+    restart_from_table: bool,
     max_offsets_per_trigger: int | None,
     master: str | None,
     spark_conf: tuple[str, ...],
@@ -327,6 +334,7 @@ def stream(
     from tidelake.streaming.kafka_offsets import KafkaSourceError
     from tidelake.streaming.runner import graceful_stop_signals, run_flow_stream
     from tidelake.streaming.settings import load_engine_settings
+    from tidelake.streaming.stream_guard import StreamGuardError
 
     conf = kafka_conf()
     with _clean_errors():
@@ -336,8 +344,15 @@ def stream(
     settings.spark_conf.update(extra)
     try:
         with graceful_stop_signals() as stop:
-            run_flow_stream(spec, settings, conf, available_now=available_now, stop=stop)
-    except (KafkaSourceError, KafkaAdminError) as exc:
+            run_flow_stream(
+                spec,
+                settings,
+                conf,
+                available_now=available_now,
+                restart_from_table=restart_from_table,
+                stop=stop,
+            )
+    except (KafkaSourceError, KafkaAdminError, StreamGuardError) as exc:
         raise CliError(str(exc), exit_code=2) from None
     except RuntimeError as exc:
         raise CliError(str(exc)) from None

@@ -25,6 +25,7 @@ from tidelake.streaming.kafka_offsets import KafkaSourceError, from_json_offsets
 from tidelake.streaming.runner import graceful_stop_signals
 from tidelake.streaming.session import prepare_environment, prepare_session
 from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.stream_guard import StreamGuardError
 from tidelake.streaming.stream_status import kafka_ends, stream_lag
 
 
@@ -79,7 +80,7 @@ def build_stream_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefiniti
         stream = FlowStream(flow, run_settings, conf)
         try:
             stream.preflight()
-        except KafkaAdminError as exc:
+        except (KafkaAdminError, StreamGuardError) as exc:
             raise dg.Failure(description=str(exc)) from None
         context.log.info(
             f"stream worker pid {os.getpid()}: {flow.topic} -> {stream.table_uri} "
@@ -89,7 +90,11 @@ def build_stream_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefiniti
         session = prepare_session(spark.spark_session)
         reporter = ProgressReporter(context, flow, conf)
         run_until_stopped(
-            context, lambda: stream.start(session), config.progress_interval_s, reporter
+            context,
+            lambda: stream.start(session),
+            config.progress_interval_s,
+            reporter,
+            stream.explain_failure,
         )
 
     @dg.job(
@@ -114,13 +119,14 @@ def run_until_stopped(
     start: Callable[[], StreamingQuery],
     progress_interval_s: float,
     on_progress: ProgressHandler,
+    explain: Callable[[str], str] = str,
 ) -> None:
     """Run a query in an op until the run is terminated (SIGINT/SIGTERM: stop between batches,
     end the run canceled) or the query fails (a Failure with its error)."""
     with graceful_stop_signals() as stop:
         query = start()
         try:
-            await_query(query, stop, progress_interval_s, on_progress)
+            await_query(query, stop, progress_interval_s, on_progress, explain)
         except RuntimeError as exc:
             raise dg.Failure(description=str(exc)) from None
     if stop.is_set():

@@ -25,7 +25,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -161,6 +161,39 @@ def retention_problem(flow: FlowSpec, first_kept_ms: list[int], start_ms: int) -
         f"(retention deleted records before {first_kept:%Y-%m-%d %H:%M} UTC); the earliest "
         f"date still complete in Kafka is {complete.isoformat()}. The table was left as it is."
     )
+
+
+def backfill_dates(
+    spark: SparkSession,
+    flow: FlowSpec,
+    dates: list[str] | tuple[str, ...],
+    settings: EngineSettings,
+    kafka_conf: dict[str, str],
+    attempts: int = 3,
+) -> BackfillResult:
+    """Plan and run a backfill of `dates`; when another rewrite of the same files (a compaction
+    in another process) commits first, plan again from the new snapshot and run again."""
+    for attempt in range(1, attempts + 1):
+        plan = plan_backfill(flow, dates, settings, kafka_conf)
+        log.info(
+            "backfill %s..%s: %s Kafka records, window %s .. %s, table version %s",
+            plan.dates[0],
+            plan.dates[-1],
+            plan.records,
+            f"{plan.window[0]:%Y-%m-%d %H:%M}",
+            f"{plan.window[1]:%Y-%m-%d %H:%M} UTC",
+            plan.read_version,
+        )
+        try:
+            return run_backfill(spark, plan, settings, kafka_conf)
+        except CommitFailedError as exc:
+            if attempt == attempts:
+                raise BackfillError(
+                    f"backfill of {plan.dates[0]}..{plan.dates[-1]} lost {attempts} commit races "
+                    f"against other rewrites of the table; the table was left as it is: {exc}"
+                ) from None
+            log.warning("backfill commit lost a race (%s); planning again", exc)
+    raise AssertionError("unreachable")
 
 
 def run_backfill(

@@ -1,9 +1,10 @@
-"""Moving a stream onto a new checkpoint when Spark cannot reuse the old one.
+"""Moving a stream onto a new checkpoint when the old one cannot or must not go on.
 
 Spark refuses to restart a query that has a stateful operator (deduplication) from a checkpoint
-written without one (STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY). The old checkpoint is
-kept beside the new one, and the new query starts exactly where the table says the old one
-stopped (main or quarantine, whichever is further), so no record is lost or written twice. The
+written without one (STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY); and after a table was
+restored from an older copy the checkpoint is ahead of it (stream_guard). The old checkpoint is
+kept beside the new one, and the new query starts exactly where the tables say the old one
+stopped (the furthest of those given), so no record is lost or written twice. The
 start is pinned in a file inside the new checkpoint, because a Python data source's initial
 offset is not in Spark's offset log: a query that fails before its first commit must restart from
 the same place.
@@ -34,7 +35,7 @@ def lacks_state(checkpoint: str | Path) -> bool:
     return has_commits and not (root / "state").exists()
 
 
-def start_new_checkpoint(checkpoint: str | Path, *table_uris: str) -> Path:
+def start_new_checkpoint(checkpoint: str | Path, *table_uris: str, reason: str) -> Path:
     """Retire the checkpoint (renamed, never deleted) and pin the new one's start at the newest
     batch any of the tables (main, quarantine) holds; returns the retired folder.
 
@@ -60,9 +61,9 @@ def start_new_checkpoint(checkpoint: str | Path, *table_uris: str) -> Path:
     root.rename(retired)
     staged.rename(root)
     log.warning(
-        "checkpoint %s was written without deduplication state; it is kept as %s and the stream "
-        "starts a new one at %s",
+        "checkpoint %s is retired (%s); it is kept as %s and the stream starts a new one at %s",
         root,
+        reason,
         retired,
         written or "the topic's earliest offsets (the tables hold nothing of the old query)",
     )

@@ -111,13 +111,7 @@ class MicroBatchWriter:
         try:
             rows, quarantined = quarantine_late_arrivals(rows, self.flow, self.time_index)
             txn = self.app_id()
-            commit_rows(
-                good_rows(rows, self.flow),
-                self.table_uri,
-                self.flow.partition_column,
-                txn,
-                batch_id,
-            )
+            # quarantine first: once the main table records a batch, all of it is written
             if quarantined:
                 commit_rows(
                     refused_rows(rows, self.flow),
@@ -126,6 +120,13 @@ class MicroBatchWriter:
                     txn,
                     batch_id,
                 )
+            commit_rows(
+                good_rows(rows, self.flow),
+                self.table_uri,
+                self.flow.partition_column,
+                txn,
+                batch_id,
+            )
         finally:
             batch.unpersist()
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -25,8 +26,12 @@ from tidelake.streaming.delta_write import MicroBatchWriter, ensure_flow_tables
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.kafka_admin import require_topic
 from tidelake.streaming.kafka_offsets import PartitionEnds
-from tidelake.streaming.kafka_read import stream_records
+from tidelake.streaming.kafka_read import explain_data_loss, stream_records
 from tidelake.streaming.settings import EngineSettings, redact
+from tidelake.streaming.stream_guard import (
+    check_checkpoint_matches_table,
+    check_table_files_exist,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +65,35 @@ class FlowStream:
     def checkpoint(self) -> str:
         return str(self.settings.checkpoint_path(self.flow.name))
 
-    def preflight(self) -> None:
-        """Fail fast, before Spark starts, if the broker or the topic is missing."""
+    def preflight(self, *, restart_from_table: bool = False) -> None:
+        """Fail fast, before Spark starts: a missing broker or topic, a checkpoint that does not
+        match the table, a table whose data files are gone (stream_guard).
+
+        restart_from_table retires the checkpoint and starts a new one where the table's last
+        batch ended: the documented way forward after a table was restored from a copy.
+        """
         require_topic(self.kafka_conf, self.flow.topic)
+        recover_upgrade(self.checkpoint)
+        if restart_from_table:
+            start_new_checkpoint(self.checkpoint, self.table_uri, reason="asked to restart")
+        elif self.flow.dedup_key is not None and lacks_state(self.checkpoint):
+            start_new_checkpoint(
+                self.checkpoint,
+                self.table_uri,
+                self.quarantine_uri,
+                reason="it was written without deduplication state",
+            )
+        check_table_files_exist(self.flow.name, self.table_uri)
+        check_checkpoint_matches_table(
+            self.flow.name, self.flow.topic, self.checkpoint, self.table_uri
+        )
+
+    def explain_failure(self, message: str) -> str:
+        """A query failure in tidelake's terms where we know better than Spark's message."""
+        return explain_data_loss(message, self.kafka_conf) or message
 
     def start(self, spark: SparkSession, *, available_now: bool = False) -> StreamingQuery:
+        """Start the query (call preflight first: it prepares the checkpoint)."""
         log.info(
             "starting %s: topic %s -> %s (kafka %s)",
             self.query_name,
@@ -72,9 +101,6 @@ class FlowStream:
             self.table_uri,
             redact(self.kafka_conf),
         )
-        recover_upgrade(self.checkpoint)
-        if self.flow.dedup_key is not None and lacks_state(self.checkpoint):
-            start_new_checkpoint(self.checkpoint, self.table_uri, self.quarantine_uri)
         records = stream_records(
             spark,
             self.flow,
@@ -123,26 +149,35 @@ def log_progress(query: StreamingQuery, progress: dict[str, Any] | None) -> None
     )
 
 
+class StreamFailedError(RuntimeError):
+    """The streaming query stopped with an error; the message says why in tidelake's terms."""
+
+
 def await_query(
     query: StreamingQuery,
     stop: threading.Event,
     progress_interval_s: float = 10.0,
     on_progress: ProgressHandler = log_progress,
+    explain: Callable[[str], str] = str,
 ) -> None:
     """Block until the query ends or `stop` is set (then stop it gracefully).
 
     Reports progress every `progress_interval_s`, also while idle, so that a watcher can tell a
-    quiet stream from a dead one. Raises the query's exception if it failed.
+    quiet stream from a dead one. Raises StreamFailedError if the query failed, with the
+    failure put in words by `explain` (FlowStream.explain_failure).
     """
     next_report = time.monotonic() + progress_interval_s
-    while query.isActive and not stop.is_set():
-        query.awaitTermination(0.25)
-        if time.monotonic() >= next_report and query.isActive:
-            next_report = time.monotonic() + progress_interval_s
-            on_progress(query, query.lastProgress)
-    if query.isActive:
-        log.info("stopping %s", query.name)
-        query.stop()
-    exc = query.exception()
-    if exc is not None:
-        raise RuntimeError(f"{query.name} failed: {exc}")
+    try:
+        while query.isActive and not stop.is_set():
+            query.awaitTermination(0.25)
+            if time.monotonic() >= next_report and query.isActive:
+                next_report = time.monotonic() + progress_interval_s
+                on_progress(query, query.lastProgress)
+        if query.isActive:
+            log.info("stopping %s", query.name)
+            query.stop()
+        failure = query.exception()
+    except StreamingQueryException as exc:
+        failure = exc
+    if failure is not None:
+        raise StreamFailedError(f"{query.name} failed: {explain(str(failure))}") from None

@@ -10,12 +10,18 @@ read never reaches into an open transaction.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 
 from tidelake.streaming.flow_spec import FlowSpec
-from tidelake.streaming.kafka_offsets import Offsets, to_json_offsets
+from tidelake.streaming.kafka_offsets import (
+    KafkaSourceError,
+    Offsets,
+    PartitionEnds,
+    to_json_offsets,
+)
 from tidelake.streaming.settings import ConfigError
 
 _JAAS_MODULES = {
@@ -110,6 +116,35 @@ def read_records(
         failOnDataLoss="true",
     )
     return spark.read.format("kafka").options(**options).load()
+
+
+_LOST_RANGE = re.compile(
+    r"Could not read records in offset \[(\d+), (\d+)\) for topic partition (\S+)-(\d+)"
+)
+
+
+def explain_data_loss(message: str, kafka_conf: Mapping[str, str]) -> str | None:
+    """For Spark's "Some data may have been lost" failure: which offsets are gone (the read
+    range up to what Kafka still holds) and the documented way past it; None for other
+    failures."""
+    found = _LOST_RANGE.search(message)
+    if found is None:
+        return None
+    start, end, topic, partition = int(found[1]), int(found[2]), found[3], int(found[4])
+    ends = PartitionEnds(kafka_conf, "tidelake-data-loss", 10.0)
+    try:
+        kept_from = ends.earliest([(topic, partition)]).get((topic, partition), end)
+    except KafkaSourceError:
+        kept_from = end
+    finally:
+        ends.close()
+    last_lost = max(start, min(kept_from, end) - 1)
+    return (
+        f"offsets {start}..{last_lost} of {topic}/{partition} are no longer in Kafka (retention or "
+        "deleted records) and the stream had not read them. Restore them into the topic if you "
+        "can; or run the stream once with TIDELAKE_FAIL_ON_DATA_LOSS=false, which skips them "
+        "(and logs the skip), then go back to the default."
+    )
 
 
 def _quoted(value: str) -> str:

@@ -28,18 +28,20 @@ def run_flow_stream(
     kafka_conf: Mapping[str, str],
     *,
     available_now: bool = False,
+    restart_from_table: bool = False,
     stop: threading.Event | None = None,
 ) -> None:
     """Start Spark and the flow's query, block until it ends; raise if it fails."""
     stream = FlowStream(flow, settings, kafka_conf)
-    stream.preflight()  # broker and topic problems surface before Spark's start-up cost
+    # broker, topic, checkpoint and table problems surface before Spark's start-up cost
+    stream.preflight(restart_from_table=restart_from_table)
     from tidelake.streaming.session import build_spark_session
 
     started = time.monotonic()
     spark = build_spark_session(settings.spark_master, settings.spark_conf, f"tidelake-{flow.name}")
     log.info("spark session ready in %.1fs", time.monotonic() - started)
     query = stream.start(spark, available_now=available_now)
-    await_query(query, stop or threading.Event())
+    await_query(query, stop or threading.Event(), explain=stream.explain_failure)
 
 
 @contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -96,6 +97,7 @@ def prepare_environment(master: str) -> None:
     PySpark takes the Python of planner workers (data sources) from PYSPARK_PYTHON, not from
     spark.pyspark.python, so without it they run the system python3, which lacks tidelake.
     """
+    keep_secrets_out_of_py4j_logs()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -105,3 +107,13 @@ def prepare_session(spark: SparkSession) -> SparkSession:
     """Quiet Spark's logs on a session, also one built elsewhere (a Dagster resource)."""
     spark.sparkContext.setLogLevel(os.environ.get("TIDELAKE_SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+def keep_secrets_out_of_py4j_logs() -> None:
+    """py4j logs every command it sends to the JVM at DEBUG, option values included: a Kafka
+    password in kafka.sasl.jaas.config would reach the log in clear text. Its logger never goes
+    below INFO, whatever TIDELAKE_LOG_LEVEL says."""
+    for name in ("py4j", "py4j.clientserver", "py4j.java_gateway"):
+        logger = logging.getLogger(name)
+        if logger.getEffectiveLevel() < logging.INFO:
+            logger.setLevel(logging.INFO)

@@ -18,7 +18,8 @@ def run_available_now(spark: Any, flow: Any, settings: Any, kafka_conf: Any) -> 
     """Run the flow's stream until it has committed everything on the topic, then return."""
     stream = FlowStream(flow, settings, kafka_conf)
     stream.preflight()
-    await_query(stream.start(spark, available_now=True), threading.Event())
+    query = stream.start(spark, available_now=True)
+    await_query(query, threading.Event(), explain=stream.explain_failure)
     return stream
 
 

@@ -180,7 +180,13 @@ def test_names_clashing_with_decoder_columns_are_rejected(field, partition_colum
 
 
 def test_validity_fields_keep_declaration_order_without_duplicates():
-    assert CALL_EVENTS.validity_fields == ("call_sid", "event_time", "account_sid")
+    assert CALL_EVENTS.validity_fields == (
+        "call_sid",
+        "event_time",
+        "account_sid",
+        "call_state",
+        "region",
+    )
     flow = spec(required_fields=("region", "call_sid", "account_sid", "region", "event_time"))
     assert flow.validity_fields == ("call_sid", "event_time", "region", "account_sid")
     assert PAGE_VIEWS.validity_fields == ("view_id", "viewed_at_s", "user")

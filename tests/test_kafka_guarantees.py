@@ -18,10 +18,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_topics import read_values, set_retention
 from lake_readers import duckdb_query, read_delta
 from live_stream import run_available_now
-from pyspark.errors import StreamingQueryException
 
 from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming.backfill import plan_backfill, run_backfill
+from tidelake.streaming.flow_stream import StreamFailedError
 from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.kafka_admin import quiet_client_config
 
@@ -124,7 +124,7 @@ def test_records_deleted_by_retention_before_the_stream_read_them_stop_it_loudly
     set_retention(kafka_conf, flow.topic, _DAY_MS)
     _wait_for_log_start(kafka_conf, flow.topic, 100)
 
-    with pytest.raises(StreamingQueryException) as failure:
+    with pytest.raises(StreamFailedError) as failure:
         run_available_now(spark, flow, engine_settings, kafka_conf)
     message = str(failure.value)
     assert f"offsets 50..99 of {flow.topic}/0 are no longer in Kafka" in message

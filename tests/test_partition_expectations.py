@@ -11,6 +11,7 @@ import pytest
 from deltalake import write_deltalake
 
 from tidelake.assets.partition_expectations import validate_partition
+from tidelake.streaming.flow_contract import contract_expectations
 from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.table_schema import table_schema
 
@@ -49,7 +50,8 @@ def test_a_clean_partition_passes_every_expectation(tmp_path: Path) -> None:
     result = validate_partition(write(tmp_path, clean_rows(200)), CALL_EVENTS, DAY)
     assert result.success, [o for o in result.failures]
     assert result.rows == 200
-    assert len(result.outcomes) == 11
+    # the generic two, the contract's (flow_contract.contract_expectations), the flow's own
+    assert len(result.outcomes) == 2 + len(contract_expectations(CALL_EVENTS)) + 2
 
 
 def test_each_defect_fails_exactly_its_expectation_with_counts(tmp_path: Path) -> None:
