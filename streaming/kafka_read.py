@@ -64,9 +64,20 @@ def java_client_options(kafka_conf: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+FETCH_DEFAULTS = {
+    "max.poll.records": "20000",
+    "max.partition.fetch.bytes": str(16 * 1024 * 1024),
+    "fetch.max.bytes": str(64 * 1024 * 1024),
+}
+"""The Java consumer's defaults (500 records a poll, 1 MB a partition) cap Spark's Kafka source at
+~95k records/s on 2 cores; these reach ~134k (measured, 300k CallEvents, 4 partitions).
+KAFKA_MAX_POLL_RECORDS etc. override them."""
+
+
 def source_options(flow: FlowSpec, kafka_conf: Mapping[str, str]) -> dict[str, str]:
     """Options of `format("kafka")` shared by the stream and batch reads of a flow's topic."""
-    options = {f"kafka.{k}": v for k, v in java_client_options(kafka_conf).items()}
+    client = {**FETCH_DEFAULTS, **java_client_options(kafka_conf)}
+    options = {f"kafka.{k}": v for k, v in client.items()}
     options.update(
         {
             "subscribe": flow.topic,

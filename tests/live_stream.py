@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -12,6 +14,20 @@ from lake_readers import read_delta
 
 from tidelake.platform.produce import ProduceReport, produce_demo_events
 from tidelake.streaming.flow_stream import FlowStream, await_query
+
+
+def cli_available_now(
+    env: dict[str, str], cwd: Any = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """`tidelake stream call_events --available-now` as its own process, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "tidelake.platform.cli", "stream", "call_events", "--available-now"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
 
 
 def run_available_now(spark: Any, flow: Any, settings: Any, kafka_conf: Any) -> FlowStream:

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 from flows import PAGE_VIEWS
 from lake_readers import delta_version, duckdb_query, poison_kind, read_delta
-from live_stream import run_available_now
+from live_stream import cli_available_now, run_available_now
 
 from tidelake.platform.produce import produce_demo_events
 from tidelake.streaming.flow_stream import FlowStream
@@ -135,13 +135,7 @@ def test_cli_available_now_exits_zero(kafka_conf, call_events_topic, tmp_path):
     report = produce_demo_events(
         CALL_EVENTS, kafka_conf, count=200, malformed_share=0.05, seed=1, progress=False
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "tidelake.platform.cli", "stream", "call_events", "--available-now"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    done = cli_available_now(env, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     assert read_delta(tmp_path / "lake" / "call_events").num_rows == report.good
     assert read_delta(tmp_path / "lake" / "call_events_quarantine").num_rows == report.malformed
