@@ -26,18 +26,15 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
-from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from tidelake.streaming.arrival import TimeIndex, quarantine_late_arrivals
 from tidelake.streaming.decode import decode_records
 from tidelake.streaming.dedup import drop_repeats_in_batch
 from tidelake.streaming.delta_commit import replace_partitions
 from tidelake.streaming.delta_files import write_data_files
 from tidelake.streaming.delta_write import arrow_schema, good_rows
 from tidelake.streaming.flow_spec import FlowSpec
-from tidelake.streaming.flow_stream import KAFKA_TIMEOUT_S
 from tidelake.streaming.kafka_offsets import Offsets, PartitionEnds, from_json_offsets
 from tidelake.streaming.kafka_read import read_records
 from tidelake.streaming.settings import EngineSettings
@@ -207,29 +204,19 @@ def run_backfill(
     flow = plan.flow
     started = time.monotonic()
     records = read_records(spark, flow, kafka_conf, plan.start, plan.end)
-    # the stream's order: decode, drop repeats, then the time-index half of the arrival rule
-    decoded = drop_repeats_in_batch(decode_records(records, flow), flow).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
-    ends = PartitionEnds(kafka_conf, f"tidelake-{flow.name}-backfill", KAFKA_TIMEOUT_S)
-    try:
-        checked, _ = quarantine_late_arrivals(decoded, flow, TimeIndex(ends))
-    finally:
-        ends.close()
-    rows = good_rows(checked, flow).where(F.col(flow.partition_column).isin(*plan.dates))
+    # the stream's decode and rules, then its deduplication
+    decoded = drop_repeats_in_batch(decode_records(records, flow, kafka_conf), flow)
+    rows = good_rows(decoded, flow).where(F.col(flow.partition_column).isin(*plan.dates))
     uri = str(settings.table_path(flow.table))
-    try:
-        files = write_data_files(rows, uri, flow.partition_column, "backfill")
-        replace_partitions(
-            uri,
-            files,
-            schema=arrow_schema(rows),
-            partition_column=flow.partition_column,
-            values=plan.dates,
-            read_version=plan.read_version,
-        )
-    finally:
-        decoded.unpersist()
+    files = write_data_files(rows, uri, flow.partition_column, "backfill")
+    replace_partitions(
+        uri,
+        files,
+        schema=arrow_schema(rows),
+        partition_column=flow.partition_column,
+        values=plan.dates,
+        read_version=plan.read_version,
+    )
     progress = table_progress(uri, flow)
     assert progress is not None  # it existed when the plan was made
     counts = {day: progress.rows_by_date.get(day, 0) for day in plan.dates}

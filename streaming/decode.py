@@ -8,12 +8,24 @@ the stream nor a backfill starts a Python worker.
 
 Every row keeps its raw key and value (`_key`, `_value`) until the writer. A record that does
 not parse, breaks the flow's contract (flow_contract), or sits in Kafka where its event time says
-it cannot (see arrival) gets a non-null `_error`; the writer routes such rows to the flow's
-quarantine table. Rules are tried in that order and the first broken one is the reason.
+it cannot (the arrival rule, below) gets a non-null `_error`; the writer routes such rows to
+the flow's quarantine table. Rules are tried in that order and the first broken one is the
+reason.
+
+The arrival rule. A date D closes at the end of D (UTC) plus the flow's allowed lateness. A
+record of D is too late when its partition had passed that time where it stands: its own Kafka
+timestamp, or that of any record before it in the partition, is after D closed. Kafka's time
+index answers the second part exactly ("the first offset stamped after T") whatever the
+timestamp type: with LogAppendTime or producers stamping send time it is plain arrival time; a
+producer that stamps event times and sends hours late lands behind newer records and is caught;
+history replayed in order still lands. A record stamped more than max_clock_skew before its event
+time is ahead. Both bound where a date's records sit in Kafka, which is what lets a backfill read
+exactly the offsets the stream accepted for a date (backfill.plan_backfill).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 
 from google.protobuf import descriptor_pb2
@@ -30,8 +42,6 @@ from tidelake.streaming.table_schema import INGEST_TIME_COLUMN, KAFKA_COLUMNS, t
 ERROR_COLUMN = "_error"
 RAW_KEY_COLUMN = "_key"
 RAW_VALUE_COLUMN = "_value"
-CLOSE_COLUMN = "_closes_ms"
-"""Epoch ms at which the record's date closes (end of the UTC date plus allowed lateness)."""
 QUARANTINE_SOURCE_COLUMNS = (
     *KAFKA_COLUMNS,
     INGEST_TIME_COLUMN,
@@ -48,8 +58,19 @@ _US_PER_DAY = 86_400_000_000
 _MS_PER_DAY = 86_400_000
 
 
-def decode_records(records: DataFrame, flow: FlowSpec) -> DataFrame:
-    """Spark Kafka source rows -> the flow's decoded rows (see the module docstring)."""
+KAFKA_TIMEOUT_S = 30.0
+"""How long a task waits for Kafka's time index before it fails."""
+
+
+def decode_records(
+    records: DataFrame, flow: FlowSpec, kafka_conf: Mapping[str, str] | None = None
+) -> DataFrame:
+    """Spark Kafka source rows -> the flow's decoded rows (see the module docstring).
+
+    With kafka_conf the whole arrival rule applies: also a record behind one stamped after its
+    date closed is too late (Kafka's time index, asked from the executors; see
+    dev.tidelake.spark.KafkaTimeIndex). Without it, only a record's own timestamp is judged.
+    """
     message = protobuf_decode(records["value"], flow).alias("_message")
     fields = [f.name for f in flow.message.DESCRIPTOR.fields]
     rows = records.select(
@@ -79,13 +100,11 @@ def decode_records(records: DataFrame, flow: FlowSpec) -> DataFrame:
         F.col(RAW_KEY_COLUMN),
         F.col(RAW_VALUE_COLUMN),
     )
-    error = F.coalesce(
-        F.col("_decode_error"),
-        F.col("_contract_error"),
-        _time_error(flow),
-    )
+    checks = [F.col("_decode_error"), F.col("_contract_error"), _time_error(flow)]
+    if kafka_conf is not None:
+        checks.append(_behind_a_later_record(flow, kafka_conf))
+    error = F.coalesce(*checks)
     event_time = F.timestamp_micros(F.col("_event_us"))
-    closes_ms = _closes_ms(F.col("_event_us"), flow)
     return (
         rows.withColumn(ERROR_COLUMN, error)
         .withColumns(
@@ -96,7 +115,6 @@ def decode_records(records: DataFrame, flow: FlowSpec) -> DataFrame:
                         F.col("kafka_timestamp")
                     )
                 ),
-                CLOSE_COLUMN: F.when(F.col(ERROR_COLUMN).isNull(), closes_ms),
             }
         )
         .select(*decoded_columns(flow))
@@ -110,7 +128,6 @@ def decoded_columns(flow: FlowSpec) -> list[str]:
         ERROR_COLUMN,
         RAW_KEY_COLUMN,
         RAW_VALUE_COLUMN,
-        CLOSE_COLUMN,
     ]
 
 
@@ -153,11 +170,33 @@ def _closes_ms(event_us: Column, flow: FlowSpec) -> Column:
     return (day + 1) * F.lit(_MS_PER_DAY) + F.lit(lateness_ms)
 
 
+def _behind_a_later_record(flow: FlowSpec, kafka_conf: Mapping[str, str]) -> Column:
+    """ "too late" for a record that stands behind one stamped after its date closed."""
+    from pyspark.sql import SparkSession
+
+    from tidelake.streaming.kafka_read import java_client_options
+
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        raise RuntimeError("decode_records needs an active SparkSession")
+    index = spark._jvm.dev.tidelake.spark.KafkaTimeIndex  # type: ignore[union-attr]
+    behind = index.behind(
+        *(_to_java_column(F.col(c)) for c in ("kafka_topic", "kafka_partition", "kafka_offset")),
+        _to_java_column(_closes_ms(F.col("_event_us"), flow)),
+        java_client_options(kafka_conf),
+        int(KAFKA_TIMEOUT_S * 1000),
+    )
+    day = F.date_format(F.timestamp_micros(F.col("_event_us")), "yyyy-MM-dd")
+    return F.when(
+        ClassicColumn(behind), F.concat(F.lit("too late: arrived after "), day, F.lit(" closed"))
+    )
+
+
 def _time_error(flow: FlowSpec) -> Column:
     """Event time out of range, or placed in Kafka where it cannot be by its own timestamp:
     ahead of it by more than max_clock_skew, or stamped after its date closed. The rest of the
     arrival rule (a record behind one stamped after its date closed) needs Kafka's time index:
-    arrival.quarantine_late_arrivals."""
+    _behind_a_later_record."""
     name = flow.event_time_field
     event_us = F.col("_event_us")
     kafka_ms = F.unix_millis("kafka_timestamp")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, CommitProperties, Transaction
 
 from tidelake.streaming.delta_files import DataFile, table_filesystem
@@ -53,10 +53,13 @@ def _open_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str]) 
     """
     key = _table_key(table_uri, schema, partition_by)
     table = _open_tables.get(key)
-    if table is None:
-        table = _open_tables[key] = ensure_table(table_uri, schema, partition_by)
-    else:
-        table.update_incremental()
+    if table is not None:
+        try:
+            table.update_incremental()
+            return table
+        except DeltaError:  # the table was replaced under us (restored from a copy): reopen
+            log.warning("%s changed under the open snapshot; reopening it", table_uri)
+    table = _open_tables[key] = ensure_table(table_uri, schema, partition_by)
     return table
 
 

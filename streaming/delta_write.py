@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from tidelake.streaming.arrival import TimeIndex, quarantine_late_arrivals
 from tidelake.streaming.decode import ERROR_COLUMN, quarantine_columns, table_columns
 from tidelake.streaming.delta_commit import (
     CommitResult,
@@ -103,16 +103,27 @@ class MicroBatchWriter:
     table_uri: str
     quarantine_uri: str
     checkpoint: str
-    time_index: TimeIndex
     _app_id: str | None = field(default=None, init=False)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        txn = self.app_id()
+        done = table_transaction(self.table_uri, txn)
+        if done is not None and done >= batch_id:
+            log.info("%s: batch %s already committed, skipping", self.table_uri, batch_id)
+            return
         rows = batch.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            rows, quarantined = quarantine_late_arrivals(rows, self.flow, self.time_index)
-            txn = self.app_id()
+            refused = Observation(f"refused-{uuid.uuid4().hex}")
+            counted = rows.observe(refused, F.count(ERROR_COLUMN).alias("rows"))
+            schema = arrow_schema(good_rows(rows, self.flow))
+            files = write_data_files(
+                good_rows(counted, self.flow),
+                self.table_uri,
+                self.flow.partition_column,
+                f"batch-{batch_id}",
+            )
             # quarantine first: once the main table records a batch, all of it is written
-            if quarantined:
+            if refused.get["rows"]:
                 commit_rows(
                     refused_rows(rows, self.flow),
                     self.quarantine_uri,
@@ -120,12 +131,13 @@ class MicroBatchWriter:
                     txn,
                     batch_id,
                 )
-            commit_rows(
-                good_rows(rows, self.flow),
+            commit_files(
                 self.table_uri,
-                self.flow.partition_column,
-                txn,
-                batch_id,
+                files,
+                schema=schema,
+                partition_by=[self.flow.partition_column],
+                app_id=txn,
+                version=batch_id,
             )
         finally:
             batch.unpersist()

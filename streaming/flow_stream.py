@@ -13,7 +13,6 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from tidelake.streaming.arrival import TimeIndex
 from tidelake.streaming.checkpoint_upgrade import (
     lacks_state,
     pinned_start,
@@ -25,7 +24,6 @@ from tidelake.streaming.dedup import drop_repeats_in_stream
 from tidelake.streaming.delta_write import MicroBatchWriter, ensure_flow_tables
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.kafka_admin import require_topic
-from tidelake.streaming.kafka_offsets import PartitionEnds
 from tidelake.streaming.kafka_read import explain_data_loss, stream_records
 from tidelake.streaming.settings import EngineSettings, redact
 from tidelake.streaming.stream_guard import (
@@ -34,9 +32,6 @@ from tidelake.streaming.stream_guard import (
 )
 
 log = logging.getLogger(__name__)
-
-KAFKA_TIMEOUT_S = 30.0
-"""How long the driver waits for Kafka's time index before the batch fails."""
 
 
 @dataclass
@@ -109,17 +104,12 @@ class FlowStream:
             max_offsets_per_trigger=self.settings.max_offsets_per_trigger,
             fail_on_data_loss=self.settings.fail_on_data_loss,
         )
-        decoded = decode_records(records, self.flow)
+        decoded = decode_records(records, self.flow, self.kafka_conf)
         ensure_flow_tables(decoded, self.flow, self.table_uri, self.quarantine_uri)
-        index = TimeIndex(
-            PartitionEnds(self.kafka_conf, f"tidelake-{self.flow.name}-index", KAFKA_TIMEOUT_S)
-        )
         writer = (
             drop_repeats_in_stream(decoded, self.flow)
             .writeStream.foreachBatch(
-                MicroBatchWriter(
-                    self.flow, self.table_uri, self.quarantine_uri, self.checkpoint, index
-                )
+                MicroBatchWriter(self.flow, self.table_uri, self.quarantine_uri, self.checkpoint)
             )
             .queryName(self.query_name)
             .option("checkpointLocation", self.checkpoint)
