@@ -125,8 +125,9 @@ def test_without_a_dedup_key_the_uniqueness_check_catches_the_retries(
     stream = run_available_now(spark, flow, engine_settings, kafka_conf)
 
     assert counts(stream.table_uri) == (report.good + report.duplicates, report.good)
-    (day,) = report.by_date
-    assert uniqueness_failures(stream.table_uri, flow, [day]) == {day: 2 * report.duplicates}
+    # near midnight the events span two dates; a retry lands on its original's date
+    failures = uniqueness_failures(stream.table_uri, flow, sorted(report.by_date))
+    assert sum(failures.values()) == 2 * report.duplicates
 
 
 def test_a_checkpoint_without_dedup_state_moves_to_a_new_one_without_loss(
