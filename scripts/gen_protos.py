@@ -1,4 +1,8 @@
-"""Regenerate the Python code for every .proto in protos/ (and tests/flows/).
+"""Regenerate the Python code and descriptor sets for every .proto in protos/ (and tests/flows/).
+
+Each `<name>.proto` gets `<name>_pb2.py` (+ `.pyi`, and `_pb2_grpc.py` for services) and
+`<name>.binpb`: a FileDescriptorSet of the file and its imports, which the engine's JVM decoder
+reads (streaming/decode.py).
 
 Run `python scripts/gen_protos.py` after editing a .proto; `--check` exits 1 when the committed
 generated files differ from what the pinned grpcio-tools produces (CI runs it).
@@ -33,17 +37,15 @@ def generate(out_dir: Path) -> list[Path]:
         written: list[Path] = []
         for folder, package in PROTO_PACKAGES:
             protos = sorted(folder.glob("*.proto"))
-            args = [
-                "protoc",
-                f"-I{include}",
-                f"-I{Path(protoc.__file__).parent / '_proto'}",
-                f"--python_out={gen}",
-                f"--pyi_out={gen}",
-                f"--grpc_python_out={gen}",
-                *[f"{include / package / p.name}" for p in protos],
-            ]
-            if protoc.main(args) != 0:
+            paths = [f"{include / package / p.name}" for p in protos]
+            imports = [f"-I{include}", f"-I{Path(protoc.__file__).parent / '_proto'}"]
+            code = [f"--python_out={gen}", f"--pyi_out={gen}", f"--grpc_python_out={gen}"]
+            if protoc.main(["protoc", *imports, *code, *paths]) != 0:
                 raise SystemExit(f"protoc failed for {folder}")
+            for proto, path in zip(protos, paths, strict=True):
+                descriptor_set = f"--descriptor_set_out={gen / package / proto.stem}.binpb"
+                if protoc.main(["protoc", *imports, descriptor_set, "--include_imports", path]):
+                    raise SystemExit(f"protoc failed on the descriptor set of {proto}")
             for produced in sorted((gen / package).iterdir()):
                 if produced.name.endswith("_pb2_grpc.py") and "class " not in produced.read_text():
                     continue  # messages-only protos get no (empty) grpc module

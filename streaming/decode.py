@@ -3,7 +3,7 @@
 `decode_records` turns the rows of Spark's Kafka source (key, value, topic, partition, offset,
 timestamp) into the flow's columns, the UTC date, the Kafka metadata columns and `_error`. It is
 one projection of Spark SQL expressions around tidelake's JVM protobuf decoder
-(dev.tidelake.spark.ProtobufDecoder, built from protos/ as a binary descriptor set), so neither
+(dev.tidelake.spark.ProtobufDecoder, reading the descriptor set `make protos` builds), so neither
 the stream nor a backfill starts a Python worker.
 
 Every row keeps its raw key and value (`_key`, `_value`) until the writer. A record that does
@@ -25,8 +25,10 @@ exactly the offsets the stream accepted for a date (backfill.plan_backfill).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from datetime import timedelta
+from pathlib import Path
 
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import FileDescriptor
@@ -152,7 +154,7 @@ def protobuf_decode(value: Column, flow: FlowSpec) -> Column:
     java_column = decoder.decode(
         _to_java_column(value),
         flow.message.DESCRIPTOR.full_name,
-        bytearray(descriptor_set(flow.message.DESCRIPTOR.file)),
+        bytearray(descriptor_set(flow)),
     )
     return ClassicColumn(java_column)
 
@@ -218,19 +220,51 @@ def _time_error(flow: FlowSpec) -> Column:
     )
 
 
-def descriptor_set(file: FileDescriptor) -> bytes:
-    """Serialise a .proto file and its imports, dependencies first (a FileDescriptorSet)."""
-    ordered: list[FileDescriptor] = []
+class DescriptorSetError(RuntimeError):
+    """A flow's descriptor set is missing or disagrees with its generated code."""
 
-    def visit(f: FileDescriptor) -> None:
-        if f in ordered:
-            return
-        for dep in f.dependencies:
-            visit(dep)
-        ordered.append(f)
 
-    visit(file)
-    fds = descriptor_pb2.FileDescriptorSet()
-    for f in ordered:
-        f.CopyToProto(fds.file.add())
-    return fds.SerializeToString()
+def descriptor_set(flow: FlowSpec) -> bytes:
+    """The FileDescriptorSet `make protos` wrote next to the flow's generated module.
+
+    The decoder reads the message from it and the table schema comes from the generated code,
+    so the two must describe the same fields: a stale file is refused here, not as a Spark
+    schema mismatch later.
+    """
+    file = flow.message.DESCRIPTOR.file
+    module = importlib.import_module(flow.message.__module__)
+    return load_descriptor_set(
+        Path(str(module.__file__)).with_name(f"{Path(file.name).stem}.binpb"), file
+    )
+
+
+def load_descriptor_set(path: Path, file: FileDescriptor) -> bytes:
+    """The descriptor set at path, refused unless it holds `file` as its generated code has it."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise DescriptorSetError(f"{path} is missing: run `make protos`") from None
+    generated = descriptor_pb2.FileDescriptorProto()
+    file.CopyToProto(generated)
+    built = [
+        f for f in descriptor_pb2.FileDescriptorSet.FromString(data).file if f.name == file.name
+    ]
+    if [_without_json_names(f) for f in built] != [generated]:
+        raise DescriptorSetError(
+            f"{path} does not match {file.name} as generated: run `make protos`"
+        )
+    return data
+
+
+def _without_json_names(
+    file: descriptor_pb2.FileDescriptorProto,
+) -> descriptor_pb2.FileDescriptorProto:
+    """protoc fills json_name in descriptor sets; generated code's descriptors leave it out."""
+    file = descriptor_pb2.FileDescriptorProto.FromString(file.SerializeToString())
+    messages = list(file.message_type)
+    while messages:
+        message = messages.pop()
+        for field in [*message.field, *message.extension]:
+            field.ClearField("json_name")
+        messages.extend(message.nested_type)
+    return file

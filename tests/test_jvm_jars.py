@@ -62,3 +62,31 @@ def test_spark_writes_and_reads_delta_with_delta_spark(spark: Any, tmp_path: Pat
     spark.range(5).write.format("delta").save(path)
     assert spark.read.format("delta").load(path).count() == 5
     assert sorted(read_delta(path).column("id").to_pylist()) == [0, 1, 2, 3, 4]  # delta-rs
+
+
+@pytest.mark.integration
+def test_the_log_store_refuses_a_second_commit_of_the_same_version(
+    spark: Any, tmp_path: Path
+) -> None:
+    """AtomicLocalLogStore publishes a commit with a hard link: a second writer of the same
+    version (another process, another JVM) gets FileAlreadyExistsException, which Delta treats as
+    a concurrent commit, and the first commit stays as written."""
+    from py4j.protocol import Py4JJavaError
+
+    jvm = spark._jvm
+    conf = spark._jsc.hadoopConfiguration()
+    store = jvm.dev.tidelake.delta.AtomicLocalLogStore(conf)
+    commit = tmp_path / "00000000000000000000.json"
+    path = jvm.org.apache.hadoop.fs.Path(commit.as_uri())
+
+    def lines(*values: str) -> Any:
+        items = jvm.java.util.ArrayList()
+        for value in values:
+            items.add(value)
+        return items.iterator()
+
+    store.write(path, lines('{"commitInfo":{}}', '{"add":{}}'), False, conf)
+    with pytest.raises(Py4JJavaError, match="FileAlreadyExistsException"):
+        store.write(path, lines('{"commitInfo":{"other":1}}'), False, conf)
+    assert commit.read_text() == '{"commitInfo":{}}\n{"add":{}}'
+    assert [p.name for p in tmp_path.iterdir()] == [commit.name]  # no temporary file left

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import psutil
@@ -45,6 +45,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 JOB = stream_job_name(CALL_EVENTS)
+T = TypeVar("T")
 
 
 @dataclass
@@ -86,6 +87,14 @@ class Stack:
 
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-6000:]
+
+    def wait_for_automation(self, probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
+        """wait_for, failing with the runs automation launched and the stack's log."""
+        try:
+            return wait_for(probe, timeout_s, what)
+        except TimeoutError as exc:
+            runs = [(r["runId"][:8], r["status"]) for r in self.web.runs("__ASSET_JOB")]
+            pytest.fail(f"{exc}\nautomation runs (newest first): {runs}\n{self.tail()}")
 
 
 def _free_port() -> int:
@@ -310,17 +319,20 @@ def test_closed_days_are_checked_automatically(stack: Stack) -> None:
 
         return statuses
 
-    expectations = wait_for(checked(EXPECTATIONS), 180, f"expectations of {sorted(days)}")
+    expectations = stack.wait_for_automation(
+        checked(EXPECTATIONS), 180, f"expectations of {sorted(days)}"
+    )
     assert set(expectations.values()) == {"SUCCEEDED"}
     for name in (VOLUME, QUARANTINE_SHARE):  # warnings: they may fail, but they ran
-        assert set(wait_for(checked(name), 60, name).values()) <= {"SUCCEEDED", "FAILED"}
+        found = stack.wait_for_automation(checked(name), 60, name)
+        assert set(found.values()) <= {"SUCCEEDED", "FAILED"}
 
 
 def test_a_closed_day_is_compacted_automatically(stack: Stack) -> None:
     yesterday = (datetime.now(UTC) - timedelta(days=1)).date().isoformat()
     if yesterday not in _closed_days(stack):
         pytest.skip("yesterday closes at 02:00 UTC plus lateness; too early in the day")
-    found = wait_for(
+    found = stack.wait_for_automation(
         lambda: _materialized(stack, ["lake", "call_events_compacted"]).get(yesterday),
         180,
         f"automatic compaction of {yesterday}",
