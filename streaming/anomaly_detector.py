@@ -114,7 +114,9 @@ class AnomalyDetector:
             max_offsets_per_trigger=self.settings.max_offsets_per_trigger,
             fail_on_data_loss=self.settings.fail_on_data_loss,
         )
-        events = decode_records(records, self.flow).where(F.col(ERROR_COLUMN).isNull())
+        # the same decode and rules as the flow's stream: it scores what the table accepts
+        decoded = decode_records(records, self.flow, self.kafka_conf)
+        events = decoded.where(F.col(ERROR_COLUMN).isNull())
         self._producer = Producer(_alert_producer_config(self.kafka_conf))
         log.info(
             "starting %s: %s -> %s and topic %s",
