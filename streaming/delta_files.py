@@ -13,9 +13,10 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
@@ -139,6 +140,29 @@ def write_data_files(
         fs.delete_dir_contents(f"{root}/{staging}", missing_dir_ok=True)
         fs.delete_dir(f"{root}/{staging}")
     return files
+
+
+def write_arrow_files(
+    rows: pa.Table, table_uri: str, partition_column: str, label: str
+) -> list[DataFile]:
+    """Write a few rows that already sit in the driver as data files of the table (one per
+    partition value, Spark's `name=value` folders), uncommitted, like write_data_files."""
+    fs, root = table_filesystem(table_uri)
+    files: list[DataFile] = []
+    for value in pc.unique(rows[partition_column]).to_pylist():
+        part = rows.filter(pc.equal(rows[partition_column], value)).drop_columns(partition_column)
+        folder = f"{partition_column}={_partition_folder_value(value)}"
+        relative = f"{folder}/part-{label}-{uuid.uuid4().hex}.zstd.parquet"
+        fs.create_dir(f"{root}/{folder}", recursive=True)
+        pq.write_table(part, f"{root}/{relative}", filesystem=fs, compression="zstd")
+        files.append(describe_file(fs, root, relative, partition_column))
+    return files
+
+
+def _partition_folder_value(value: Any) -> str:
+    if value is None:
+        raise ValueError("a row without a partition value cannot be written")
+    return quote(value.isoformat() if isinstance(value, dt.date) else str(value), safe="")
 
 
 STAGING_FOLDER = "_tidelake_staging"

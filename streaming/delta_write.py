@@ -7,6 +7,11 @@ the table already holds is skipped, so a replay after a crash commits nothing tw
 table gets a commit for every batch, also an empty one, so that its transactions always say how
 far the stream has written.
 
+A batch is computed once: the JVM writes the good rows, and the same pass hands the refused rows
+to the driver as an observed metric (they are few, and bounded by maxOffsetsPerTrigger), which
+writes them with pyarrow. Caching the batch for a second pass cost a fifth of a steady batch
+(measured: 500k records 7.9 s cached, 6.1 s in one pass).
+
 Why delta-rs commits and not delta-spark's writer: measured on this 2-core machine, a delta-spark
 append with an application transaction costs 1.1-1.5 s per commit (it rebuilds the new snapshot's
 state to read the transactions) and 3.7-7 s when it writes a checkpoint; a delta-rs commit of the
@@ -23,19 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Observation
+from pyspark.sql import Column, DataFrame, Observation, Row
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from tidelake.streaming.decode import ERROR_COLUMN, quarantine_columns, table_columns
-from tidelake.streaming.delta_commit import (
-    CommitResult,
-    commit_files,
-    ensure_table,
-    table_transaction,
-)
-from tidelake.streaming.delta_files import write_data_files
+from tidelake.streaming.delta_commit import commit_files, ensure_table, table_transaction
+from tidelake.streaming.delta_files import write_arrow_files, write_data_files
 from tidelake.streaming.flow_spec import FlowSpec
 
 log = logging.getLogger(__name__)
@@ -53,7 +52,7 @@ def good_rows(rows: DataFrame, flow: FlowSpec) -> DataFrame:
     return rows.where(F.col(ERROR_COLUMN).isNull()).select(*table_columns(flow))
 
 
-def refused_rows(rows: DataFrame, flow: FlowSpec) -> DataFrame:
+def quarantine_rows(rows: DataFrame, flow: FlowSpec) -> DataFrame:
     """Rows the quarantine table stores: raw bytes, Kafka position and reason."""
     return rows.where(F.col(ERROR_COLUMN).isNotNull()).select(
         *[F.col(c).alias(c.lstrip("_")) for c in quarantine_columns(flow)]
@@ -65,34 +64,15 @@ def arrow_schema(rows: DataFrame) -> pa.Schema:
     return to_arrow_schema(rows.schema, timezone="UTC")
 
 
-def commit_rows(
-    rows: DataFrame, uri: str, partition_column: str, txn_app_id: str, txn_version: int
-) -> CommitResult:
-    """Append rows in one Delta commit, once per (txn_app_id, txn_version); an empty commit
-    still records the transaction."""
-    done = table_transaction(uri, txn_app_id)
-    schema = arrow_schema(rows)
-    if done is not None and done >= txn_version:
-        log.info("%s: batch %s of %s already committed, skipping", uri, txn_version, txn_app_id)
-        return CommitResult(uri, None, 0, 0, skipped=True)
-    files = write_data_files(rows, uri, partition_column, f"batch-{txn_version}")
-    return commit_files(
-        uri,
-        files,
-        schema=schema,
-        partition_by=[partition_column],
-        app_id=txn_app_id,
-        version=txn_version,
-    )
-
-
 def ensure_flow_tables(
     decoded: DataFrame, flow: FlowSpec, table_uri: str, quarantine_uri: str
 ) -> None:
     """The flow's table and quarantine table, created from the decoded rows' schema if missing;
     an existing table of another layout is refused."""
     ensure_table(table_uri, arrow_schema(good_rows(decoded, flow)), [flow.partition_column])
-    ensure_table(quarantine_uri, arrow_schema(refused_rows(decoded, flow)), [flow.partition_column])
+    ensure_table(
+        quarantine_uri, arrow_schema(quarantine_rows(decoded, flow)), [flow.partition_column]
+    )
 
 
 @dataclass
@@ -107,40 +87,42 @@ class MicroBatchWriter:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         txn = self.app_id()
-        done = table_transaction(self.table_uri, txn)
-        if done is not None and done >= batch_id:
+        if _holds(self.table_uri, txn, batch_id):
             log.info("%s: batch %s already committed, skipping", self.table_uri, batch_id)
             return
-        rows = batch.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            refused = Observation(f"refused-{uuid.uuid4().hex}")
-            counted = rows.observe(refused, F.count(ERROR_COLUMN).alias("rows"))
-            schema = arrow_schema(good_rows(rows, self.flow))
-            files = write_data_files(
-                good_rows(counted, self.flow),
-                self.table_uri,
-                self.flow.partition_column,
-                f"batch-{batch_id}",
-            )
-            # quarantine first: once the main table records a batch, all of it is written
-            if refused.get["rows"]:
-                commit_rows(
-                    refused_rows(rows, self.flow),
+        refused = Observation(f"refused-{uuid.uuid4().hex}")
+        observed = batch.observe(refused, F.collect_list(_refused_struct(batch, self.flow)))
+        files = write_data_files(
+            good_rows(observed, self.flow),
+            self.table_uri,
+            self.flow.partition_column,
+            f"batch-{batch_id}",
+        )
+        (refused_rows,) = refused.get.values()
+        # quarantine first: once the main table records a batch, all of it is written
+        if refused_rows and not _holds(self.quarantine_uri, txn, batch_id):
+            schema = arrow_schema(quarantine_rows(batch, self.flow))
+            commit_files(
+                self.quarantine_uri,
+                write_arrow_files(
+                    _arrow_table(refused_rows, schema),
                     self.quarantine_uri,
                     self.flow.partition_column,
-                    txn,
-                    batch_id,
-                )
-            commit_files(
-                self.table_uri,
-                files,
+                    f"batch-{batch_id}",
+                ),
                 schema=schema,
                 partition_by=[self.flow.partition_column],
                 app_id=txn,
                 version=batch_id,
             )
-        finally:
-            batch.unpersist()
+        commit_files(
+            self.table_uri,
+            files,
+            schema=arrow_schema(good_rows(batch, self.flow)),
+            partition_by=[self.flow.partition_column],
+            app_id=txn,
+            version=batch_id,
+        )
 
     def app_id(self) -> str:
         """From the checkpoint's metadata, which Spark writes before the first batch."""
@@ -148,3 +130,31 @@ class MicroBatchWriter:
             metadata = Path(self.checkpoint) / "metadata"
             self._app_id = app_id(json.loads(metadata.read_text())["id"])
         return self._app_id
+
+
+def _holds(uri: str, txn_app_id: str, txn_version: int) -> bool:
+    done = table_transaction(uri, txn_app_id)
+    return done is not None and done >= txn_version
+
+
+def _refused_struct(rows: DataFrame, flow: FlowSpec) -> Column:
+    """A refused row as the quarantine stores it (null for good rows), timestamps as epoch µs:
+    collected rows reach Python, which would turn timestamps into its own local time."""
+    types = dict(rows.dtypes)
+    fields = [
+        (F.unix_micros(c) if types[c] == "timestamp" else F.col(c)).alias(c.lstrip("_"))
+        for c in quarantine_columns(flow)
+    ]
+    return F.when(F.col(ERROR_COLUMN).isNotNull(), F.struct(*fields))
+
+
+def _arrow_table(rows: list[Row], schema: pa.Schema) -> pa.Table:
+    """Collected refused rows (see _refused_struct) as an Arrow table of the quarantine schema."""
+    columns = []
+    for i, target in enumerate(schema):
+        values = [row[i] for row in rows]
+        if pa.types.is_timestamp(target.type):
+            columns.append(pa.array(values, pa.int64()).cast(target.type))
+        else:
+            columns.append(pa.array(values, target.type))
+    return pa.Table.from_arrays(columns, schema=schema)

@@ -95,7 +95,7 @@ def _train(archive: str, work: str) -> None:
     from tidelake.protos.call_pb2 import CallEvent
     from tidelake.streaming.decode import decode_records
     from tidelake.streaming.dedup import drop_repeats_in_stream
-    from tidelake.streaming.delta_write import commit_rows, good_rows
+    from tidelake.streaming.delta_write import MicroBatchWriter, ensure_flow_tables
     from tidelake.streaming.flows import CALL_EVENTS
     from tidelake.streaming.session import build_spark_session
 
@@ -124,16 +124,19 @@ def _train(archive: str, work: str) -> None:
             F.lit("2023-11-14 22:13:20").cast("timestamp").alias("timestamp"),
         )
     )
-    table = f"{work}/table"
+    table, quarantine, checkpoint = f"{work}/table", f"{work}/quarantine", f"{work}/checkpoint"
+    decoded = decode_records(records, CALL_EVENTS)
+    ensure_flow_tables(decoded, CALL_EVENTS, table, quarantine)
+    writer = MicroBatchWriter(CALL_EVENTS, table, quarantine, checkpoint)
 
     def write(batch: Any, batch_id: int) -> None:
-        commit_rows(good_rows(batch, CALL_EVENTS), table, "date", "training", batch_id)
+        writer(batch, batch_id)
         spark.read.format("delta").load(table).count()
 
     query = (
-        drop_repeats_in_stream(decode_records(records, CALL_EVENTS), CALL_EVENTS)
+        drop_repeats_in_stream(decoded, CALL_EVENTS)
         .writeStream.foreachBatch(write)
-        .option("checkpointLocation", f"{work}/checkpoint")
+        .option("checkpointLocation", checkpoint)
         .trigger(once=True)
         .start()
     )

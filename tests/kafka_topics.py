@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import (
@@ -31,15 +31,28 @@ def set_retention(kafka_conf: dict[str, Any], topic: str, retention_ms: int) -> 
         future.result(30)
 
 
-def read_values(
+class KafkaRecord(NamedTuple):
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+
+
+def read_values(kafka_conf: dict[str, Any], topic: str, **options: Any) -> list[bytes]:
+    """The values of read_records."""
+    return [record.value for record in read_records(kafka_conf, topic, **options)]
+
+
+def read_records(
     kafka_conf: dict[str, Any],
     topic: str,
     *,
     partitions: list[int] | None = None,
     isolation_level: str = "read_committed",
     timeout_s: float = 30.0,
-) -> list[bytes]:
-    """Every value of the topic's partitions (all by default), each read to its end (partition
+) -> list[KafkaRecord]:
+    """Every record of the topic's partitions (all by default), each read to its end (partition
     EOF), without a consumer group."""
     consumer = Consumer(
         quiet_client_config(
@@ -56,7 +69,7 @@ def read_values(
         if partitions is None:
             partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        values: list[bytes] = []
+        records: list[KafkaRecord] = []
         pending = set(partitions)
         deadline = time.monotonic() + timeout_s
         while pending:
@@ -68,7 +81,16 @@ def read_values(
                 assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
                 pending.discard(message.partition())
                 continue
-            values.append(message.value())
-        return values
+            _, timestamp_ms = message.timestamp()
+            records.append(
+                KafkaRecord(
+                    message.partition(),
+                    message.offset(),
+                    message.key(),
+                    message.value(),
+                    timestamp_ms,
+                )
+            )
+        return records
     finally:
         consumer.close()

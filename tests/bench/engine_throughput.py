@@ -94,23 +94,28 @@ def _write_floor_file(values: list[bytes], path: Path) -> int:
     return table.num_rows
 
 
-def tidelake_ingest(conf: dict, work: Path, max_offsets: int) -> dict:
+# the stream as `tidelake stream --available-now` runs it, with the flow's dedup switched off
+_WITHOUT_DEDUP = """
+import dataclasses
+from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.runner import run_flow_stream
+from tidelake.streaming.settings import kafka_client_config, load_engine_settings
+flow = dataclasses.replace(CALL_EVENTS, dedup_key=None)
+run_flow_stream(flow, load_engine_settings(), kafka_client_config(), available_now=True)
+"""
+
+
+def tidelake_ingest(conf: dict, work: Path, max_offsets: int, dedup: bool = True) -> dict:
     env = {
         **os.environ,
         "KAFKA_BOOTSTRAP_SERVERS": conf["bootstrap.servers"],
         "TIDELAKE_LAKE": str(work / "lake"),
         "TIDELAKE_CHECKPOINTS": str(work / "checkpoints"),
         "TIDELAKE_LOG_LEVEL": "WARNING",
+        "TIDELAKE_MAX_OFFSETS_PER_TRIGGER": str(max_offsets),
     }
-    cmd = [
-        sys.executable,
-        "-m",
-        "tidelake.platform.cli",
-        "stream",
-        "call_events",
-        "--available-now",
-    ]
-    cmd += ["--max-offsets-per-trigger", str(max_offsets)]
+    cli = ["-m", "tidelake.platform.cli", "stream", "call_events", "--available-now"]
+    cmd = [sys.executable, *(cli if dedup else ["-c", _WITHOUT_DEDUP])]
     started_ms = time.time() * 1000
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
@@ -150,8 +155,13 @@ def _rounded(figures: dict[str, float]) -> str:
 @click.option("--max-offsets-per-trigger", default=250_000, show_default=True)
 @click.option("--floor-chunk", default=250_000, show_default=True, help="Rows per floor file.")
 @click.option("--skip-floor", is_flag=True, help="Only run tidelake.")
+@click.option(
+    "--dedup/--no-dedup", default=True, show_default=True, help="CallEvent's dedup of retries."
+)
 @click.option("--out", type=click.Path(path_type=Path), help="Also write the figures as JSON.")
-def main(events: int, max_offsets_per_trigger: int, floor_chunk: int, skip_floor: bool, out):
+def main(
+    events: int, max_offsets_per_trigger: int, floor_chunk: int, skip_floor: bool, dedup: bool, out
+):
     """Ingest N events with tidelake --available-now and with the one-process floor; compare."""
     with kafka() as conf, tempfile.TemporaryDirectory(prefix="tidelake-bench-") as tmp:
         work = Path(tmp)
@@ -177,7 +187,8 @@ def main(events: int, max_offsets_per_trigger: int, floor_chunk: int, skip_floor
             assert rows == report.good, (rows, report.good)
             result["floor_events_per_s"] = rows / seconds
             result["floor_s"] = seconds
-        result["tidelake"] = t = tidelake_ingest(conf, work, max_offsets_per_trigger)
+        result["dedup"] = dedup
+        result["tidelake"] = t = tidelake_ingest(conf, work, max_offsets_per_trigger, dedup)
         assert t["rows"] == report.good, (t["rows"], report.good)
 
     lines = [
