@@ -6,6 +6,7 @@ each command imports what it needs (Kafka client, protobuf, Spark, Dagster) when
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -78,8 +79,8 @@ def _get_flows(names: tuple[str, ...] | list[str], param: str) -> list[Any]:
 
 
 def _must_be_positive(ctx: click.Context, param: click.Parameter, value: float | None) -> Any:
-    if value is not None and not value > 0:  # also rejects nan
-        raise click.BadParameter(f"must be > 0, got {value}")
+    if value is not None and not (value > 0 and math.isfinite(value)):  # also rejects nan
+        raise click.BadParameter(f"must be a finite number > 0, got {value}")
     return value
 
 
@@ -183,7 +184,7 @@ def topics_create(flows: tuple[str, ...], replication_factor: int, kafka_timeout
 )
 @click.option(
     "--days",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, 7),  # Kafka keeps 7 days by default: older records would be deleted
     default=1,
     show_default=True,
     help="Spread event times over the last D UTC dates (1: event time is now).",
@@ -333,14 +334,14 @@ def stream(
     from tidelake.streaming.kafka_admin import KafkaAdminError
     from tidelake.streaming.kafka_offsets import KafkaSourceError
     from tidelake.streaming.runner import graceful_stop_signals, run_flow_stream
-    from tidelake.streaming.settings import load_engine_settings
+    from tidelake.streaming.settings import ConfigError, load_engine_settings
     from tidelake.streaming.stream_guard import StreamGuardError
 
-    conf = kafka_conf()
-    with _clean_errors():
+    with _clean_errors():  # settings first: a wrong one is reported even without a broker
         settings = load_engine_settings(
             max_offsets_per_trigger=max_offsets_per_trigger, spark_master=master
         )
+    conf = kafka_conf()
     settings.spark_conf.update(extra)
     try:
         with graceful_stop_signals() as stop:
@@ -352,7 +353,7 @@ def stream(
                 restart_from_table=restart_from_table,
                 stop=stop,
             )
-    except (KafkaSourceError, KafkaAdminError, StreamGuardError) as exc:
+    except (ConfigError, KafkaSourceError, KafkaAdminError, StreamGuardError) as exc:
         raise CliError(str(exc), exit_code=2) from None
     except RuntimeError as exc:
         raise CliError(str(exc)) from None

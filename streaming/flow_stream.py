@@ -24,10 +24,15 @@ from tidelake.streaming.dedup import drop_repeats_in_stream
 from tidelake.streaming.delta_write import MicroBatchWriter, ensure_flow_tables
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.kafka_admin import require_topic
-from tidelake.streaming.kafka_read import explain_data_loss, stream_records
+from tidelake.streaming.kafka_read import (
+    explain_data_loss,
+    explain_unreachable,
+    stream_records,
+)
 from tidelake.streaming.settings import EngineSettings, redact
 from tidelake.streaming.stream_guard import (
     check_checkpoint_matches_table,
+    check_checkpoint_readable,
     check_table_files_exist,
 )
 
@@ -61,14 +66,17 @@ class FlowStream:
         return str(self.settings.checkpoint_path(self.flow.name))
 
     def preflight(self, *, restart_from_table: bool = False) -> None:
-        """Fail fast, before Spark starts: a missing broker or topic, a checkpoint that does not
-        match the table, a table whose data files are gone (stream_guard).
+        """Fail fast, before Spark starts: a lake or checkpoint folder that cannot be written, a
+        missing broker or topic, a checkpoint that does not match the table, a table whose data
+        files are gone (stream_guard).
 
         restart_from_table retires the checkpoint and starts a new one where the table's last
         batch ended: the documented way forward after a table was restored from a copy.
         """
+        self.settings.require_usable_folders()
         require_topic(self.kafka_conf, self.flow.topic)
         recover_upgrade(self.checkpoint)
+        check_checkpoint_readable(self.flow.name, self.flow.topic, self.checkpoint)
         if restart_from_table:
             start_new_checkpoint(self.checkpoint, self.table_uri, reason="asked to restart")
         elif self.flow.dedup_key is not None and lacks_state(self.checkpoint):
@@ -84,8 +92,13 @@ class FlowStream:
         )
 
     def explain_failure(self, message: str) -> str:
-        """A query failure in tidelake's terms where we know better than Spark's message."""
-        return explain_data_loss(message, self.kafka_conf) or message
+        """A query failure in tidelake's terms where we know better than Spark's message, else
+        the first line of Spark's (the rest is the query plan; the log has the stack)."""
+        return (
+            explain_data_loss(message, self.kafka_conf)
+            or explain_unreachable(message, self.kafka_conf)
+            or message.strip().splitlines()[0]
+        )
 
     def start(self, spark: SparkSession, *, available_now: bool = False) -> StreamingQuery:
         """Start the query (call preflight first: it prepares the checkpoint)."""

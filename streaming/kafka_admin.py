@@ -215,8 +215,20 @@ def _metadata(admin: AdminClient, conf: Mapping[str, Any], timeout_s: float) -> 
     except KafkaException as exc:
         raise KafkaUnreachableError(
             f"Kafka is unreachable at bootstrap.servers={bootstrap}: no metadata within "
-            f"{timeout_s:g}s ({exc.args[0].str()})"
+            f"{timeout_s:g}s ({exc.args[0].str()}){_protocol_hint(conf)}"
         ) from None
+
+
+def _protocol_hint(conf: Mapping[str, Any]) -> str:
+    """A listener that speaks another protocol drops the connection: librdkafka then says only
+    "Broker transport failure", so name the protocol the client tried."""
+    protocol = str(conf.get("security.protocol", "plaintext")).upper()
+    if protocol == "PLAINTEXT":
+        return ""
+    return (
+        f"; the client speaks KAFKA_SECURITY_PROTOCOL={protocol}: check that the broker's "
+        "listener at that address expects it"
+    )
 
 
 def _partition_count(metadata: ClusterMetadata, topic: str) -> int | None:

@@ -158,5 +158,21 @@ def explain_data_loss(message: str, kafka_conf: Mapping[str, str]) -> str | None
     )
 
 
+_KAFKA_TIMEOUT = re.compile(r"org\.apache\.kafka\.common\.errors\.TimeoutException: ([^\n]*)")
+
+
+def explain_unreachable(message: str, kafka_conf: Mapping[str, str]) -> str | None:
+    """For a query that failed because the Kafka clients timed out (the broker stopped or became
+    unreachable): one line naming the cluster; None for other failures."""
+    found = _KAFKA_TIMEOUT.search(message)
+    if found is None:
+        return None
+    return (
+        f"cannot reach Kafka at bootstrap.servers={kafka_conf.get('bootstrap.servers')} "
+        f"({found[1].strip()}). Nothing committed is lost: a restart resumes after the last "
+        "committed batch once the broker is back."
+    )
+
+
 def _quoted(value: str) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'

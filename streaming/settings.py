@@ -9,13 +9,17 @@ logged: use `redact()` before printing a client config.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 _SECRET_WORDS = ("password", "secret", "key", "token", "jaas")
+_UNITS = "milliseconds?|seconds?|minutes?|hours?|days?"
+_DURATION = re.compile(rf"\s*(\d+\s*({_UNITS})\s*)+", re.IGNORECASE)
+"""What Spark's processing-time trigger parses: one or more '<number> <unit>' parts."""
 
 
 class ConfigError(ValueError):
@@ -73,6 +77,29 @@ class EngineSettings(BaseSettings):
         default="0 seconds", description="processing-time trigger between micro-batches"
     )
 
+    @field_validator("trigger_interval")
+    @classmethod
+    def _a_duration(cls, value: str) -> str:
+        if not _DURATION.fullmatch(value):
+            raise ValueError(
+                f"expected a duration such as '0 seconds', '500 milliseconds' or '1 minute', "
+                f"got {value!r}"
+            )
+        return value
+
+    def require_usable_folders(self) -> None:
+        """Refuse a lake or checkpoint root that is a file or cannot be written, before Spark."""
+        for variable, folder in (
+            ("TIDELAKE_LAKE", self.lake),
+            ("TIDELAKE_CHECKPOINTS", self.checkpoints),
+        ):
+            folder = folder.resolve()
+            existing = next(p for p in (folder, *folder.parents) if p.exists())
+            if not existing.is_dir():
+                raise ConfigError(f"{variable}: {existing} is a file, not a folder")
+            if not os.access(existing, os.W_OK | os.X_OK):
+                raise ConfigError(f"{variable}: {existing} is not writable by this user")
+
     def table_path(self, table: str) -> Path:
         return self.lake.resolve() / table
 
@@ -86,6 +113,13 @@ def load_engine_settings(**overrides: object) -> EngineSettings:
         return EngineSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         problems = "; ".join(
-            f"TIDELAKE_{str(err['loc'][0]).upper()}: {err['msg']}" for err in exc.errors()
+            f"TIDELAKE_{str(err['loc'][0]).upper()}: {err['msg'].removeprefix('Value error, ')}"
+            for err in exc.errors()
         )
         raise ConfigError(f"invalid engine settings: {problems}") from None
+    except SettingsError as exc:  # a JSON setting that does not parse
+        field = str(exc).split('"')[1] if '"' in str(exc) else "a JSON setting"
+        raise ConfigError(
+            f"invalid engine settings: TIDELAKE_{field.upper()}: expected a JSON object, e.g. "
+            '{"spark.sql.shuffle.partitions": "4"}'
+        ) from None

@@ -27,6 +27,25 @@ class StreamGuardError(RuntimeError):
     """The stream must not start on this checkpoint and table; the message says what to do."""
 
 
+def check_checkpoint_readable(flow_name: str, topic: str, checkpoint: str | Path) -> None:
+    """Refuse a checkpoint whose metadata or offset log does not parse (Spark would fail on it
+    with a JSON parser's stack trace, and starting over would write every record again)."""
+    root = Path(checkpoint)
+    if not (root / "metadata").exists():
+        return
+    try:
+        query_id = json.loads((root / "metadata").read_text())["id"]
+        if not isinstance(query_id, str):
+            raise ValueError(f"query id {query_id!r} is not a string")
+        committed_batch(root, topic)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StreamGuardError(
+            f"the {flow_name} checkpoint {root} is damaged ({type(exc).__name__}: {exc}). "
+            "Restore the folder from a copy; if the tables hold nothing of it, move it away and "
+            "the stream starts over from the topic's earliest offsets. The stream was not started."
+        ) from None
+
+
 def check_checkpoint_matches_table(
     flow_name: str, topic: str, checkpoint: str | Path, table_uri: str
 ) -> None:
