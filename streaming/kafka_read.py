@@ -158,7 +158,9 @@ def explain_data_loss(message: str, kafka_conf: Mapping[str, str]) -> str | None
     )
 
 
-_KAFKA_TIMEOUT = re.compile(r"org\.apache\.kafka\.common\.errors\.TimeoutException: ([^\n]*)")
+_KAFKA_TIMEOUT = re.compile(
+    r"org\.apache\.kafka\.common\.errors\.TimeoutException: (.*?)(?: SQLSTATE: \w+)?$", re.M
+)
 
 
 def explain_unreachable(message: str, kafka_conf: Mapping[str, str]) -> str | None:

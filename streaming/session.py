@@ -111,9 +111,21 @@ def prepare_environment(master: str) -> None:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
+QUIET_JVM_LOGGERS = ("org.apache.kafka", "org.apache.spark.sql.kafka010.KafkaOffsetReaderAdmin")
+"""Kafka's clients warn on every failed connection attempt and Spark's offset reader on every
+retry, each with a stack: an unreachable broker printed ~300 lines before the stream failed with
+one line that says so (FlowStream.explain_failure). Their errors still show."""
+
+
 def prepare_session(spark: SparkSession) -> SparkSession:
     """Quiet Spark's logs on a session, also one built elsewhere (a Dagster resource)."""
-    spark.sparkContext.setLogLevel(os.environ.get("TIDELAKE_SPARK_LOG_LEVEL", "WARN"))
+    level = os.environ.get("TIDELAKE_SPARK_LOG_LEVEL", "WARN")
+    spark.sparkContext.setLogLevel(level)
+    if level.upper() in ("WARN", "ERROR", "FATAL", "OFF"):
+        jvm = spark._jvm  # type: ignore[attr-defined]
+        log4j = jvm.org.apache.logging.log4j
+        for name in QUIET_JVM_LOGGERS:
+            log4j.core.config.Configurator.setLevel(name, log4j.Level.ERROR)
     return spark
 
 

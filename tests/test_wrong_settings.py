@@ -16,6 +16,10 @@ from typing import Any
 
 import pytest
 
+from tidelake.streaming.flow_stream import FlowStream
+from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.settings import EngineSettings
+
 TIDELAKE = Path(sys.executable).with_name("tidelake")
 STREAM = ["stream", "call_events", "--available-now"]
 
@@ -149,3 +153,21 @@ def test_a_read_only_lake_is_refused_before_spark(
     assert (result.stdout + result.stderr).strip().splitlines() == [
         f"Error: TIDELAKE_LAKE: {lake} is not writable by this user"
     ]
+
+
+def test_a_stream_that_lost_its_broker_fails_with_one_line() -> None:
+    # Spark's message when the broker was stopped under a running stream (measured: the query
+    # fails 183 s later, after Spark's offset-fetch retries), plan lines cut short
+    spark_message = (
+        "[STREAM_FAILED] Query [id = 4005557b, runId = 51191f94] terminated with exception: "
+        "org.apache.kafka.common.errors.TimeoutException: Timed out waiting for a node "
+        "assignment. Call: listNodes SQLSTATE: XXKST\n=== Streaming Query ===\nLogical Plan:\n..."
+    )
+    stream = FlowStream(CALL_EVENTS, EngineSettings(), {"bootstrap.servers": "127.0.0.1:9092"})
+    assert stream.explain_failure(spark_message) == (
+        "cannot reach Kafka at bootstrap.servers=127.0.0.1:9092 (Timed out waiting for a node "
+        "assignment. Call: listNodes). Nothing committed is lost: a restart resumes after the "
+        "last committed batch once the broker is back."
+    )
+    other = "[STREAM_FAILED] Query terminated with exception: boom\n=== Streaming Query ==="
+    assert stream.explain_failure(other) == "[STREAM_FAILED] Query terminated with exception: boom"
