@@ -257,7 +257,8 @@ class LocalKafkaBroker:
             raise BrokerError(f"{meta} has no cluster.id; delete {self._workdir} to start afresh")
         cluster_id = _kafka_cluster_id()
         command = self._java_command(java, classpath, "kafka.tools.StorageTool")
-        command += ["format", "-t", cluster_id, "-c", str(properties)]
+        # "=" keeps an id that starts with "-" (1 in 64 of them) from reading as an option
+        command += ["format", f"--cluster-id={cluster_id}", "-c", str(properties)]
         result = subprocess.run(
             command, capture_output=True, text=True, cwd=self._workdir, check=False
         )
