@@ -5,9 +5,14 @@ streaming/anomaly_training.py). Days whose `expectations` check failed are left 
 and D itself waits for its blocking checks (automation: after_blocking_checks), so a bad day is
 neither learned from nor judged on. Each version is stored in the lake with its window and
 figures; the materialization shows them with a plot of baseline versus actual.
+
+A date with nothing to learn from or to judge on (the first days of a lake) is not a failure:
+the run succeeds without a materialization and records why as an observation of the model, so
+the model's page keeps showing the newest good version and the Runs page stays green.
 """
 
 import base64
+from collections.abc import Iterator
 
 import dagster as dg
 from pydantic import Field
@@ -23,6 +28,8 @@ from tidelake.streaming.settings import EngineSettings
 
 MODEL_KEY = dg.AssetKey(["models", "call_anomaly_model"])
 PLOTS = "call_anomaly_model_plots"
+SKIPPED = "skipped"
+"""Metadata label of the observation a date without enough history records."""
 
 
 class TrainingConfig(dg.Config):
@@ -43,6 +50,7 @@ def build_anomaly_model_asset(flow: FlowSpec, settings: EngineSettings) -> dg.As
         owners=list(flow.owners),
         required_resource_keys={"spark"},
         automation_condition=after_blocking_checks(),
+        output_required=False,  # a date without history is skipped (module docstring)
         description="Baselines of calls per minute, failure rate and duration per account and "
         "region and hour of the week, trained on the days before the date and evaluated on the "
         "date with injected incidents. The streaming detector uses the newest version.",
@@ -50,7 +58,7 @@ def build_anomaly_model_asset(flow: FlowSpec, settings: EngineSettings) -> dg.As
     )
     def call_anomaly_model(
         context: dg.AssetExecutionContext, config: TrainingConfig
-    ) -> dg.MaterializeResult:
+    ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
         day = context.partition_key
         excluded = failed_days(context.instance, flow)
         if excluded:
@@ -60,13 +68,17 @@ def build_anomaly_model_asset(flow: FlowSpec, settings: EngineSettings) -> dg.As
         try:
             trained = train_model(spark, flow, settings, day, config.training_days, excluded)
         except TrainingError as exc:
-            raise dg.Failure(description=str(exc)) from None
+            context.log.warning(f"no model for {day}: {exc}")
+            yield dg.AssetObservation(
+                asset_key=MODEL_KEY, partition=day, metadata={SKIPPED: str(exc)}
+            )
+            return
         png = baseline_plot(trained)
         plot_path = lake / PLOTS / f"{trained.info.version}.png"
         plot_path.parent.mkdir(parents=True, exist_ok=True)
         plot_path.write_bytes(png)
         info = trained.info
-        return dg.MaterializeResult(
+        yield dg.MaterializeResult(
             metadata={
                 "model_version": dg.MetadataValue.int(info.version),
                 "training_window": f"{info.train_start} .. {info.train_end}",

@@ -7,12 +7,15 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+import dagster as dg
 import pandas as pd
 import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from deltalake import write_deltalake
 
+from tidelake.assets.anomaly_model import MODEL_KEY, SKIPPED
+from tidelake.platform.definitions import build_definitions
 from tidelake.platform.produce import produce_demo_events
 from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming.anomaly_model import (
@@ -102,6 +105,22 @@ def test_training_needs_days_before_the_held_out_one(spark: Any, trained: Any) -
         train_model(spark, CALL_EVENTS, settings, HELD_OUT, excluded=frozenset({"2026-11-17"}))
     with pytest.raises(TrainingError, match="2026-11-25 has no rows"):
         train_model(spark, CALL_EVENTS, settings, "2026-11-25")
+
+
+@pytest.mark.integration
+def test_a_date_without_history_is_skipped_not_failed(spark: Any, trained: Any) -> None:
+    settings, _ = trained
+    defs = build_definitions({CALL_EVENTS.name: CALL_EVENTS}, settings)
+    model = defs.resolve_assets_def(MODEL_KEY)
+    with dg.instance_for_test() as instance:
+        for day, reason in [("2026-11-17", "no day of call_events"), ("2026-11-10", "has no rows")]:
+            result = dg.materialize([model], partition_key=day, instance=instance)
+            assert result.success  # a green run: nothing is broken, there is nothing to learn
+            assert not result.asset_materializations_for_node(model.node_def.name)
+            (observation,) = result.asset_observations_for_node(model.node_def.name)
+            assert observation.partition == day
+            assert reason in observation.metadata[SKIPPED].value
+        assert not instance.get_materialized_partitions(MODEL_KEY)
 
 
 def baselines_for(calls_per_minute: dict[tuple[str, str], float]) -> pd.DataFrame:
