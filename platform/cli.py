@@ -278,7 +278,7 @@ def produce(
                 incidents=incidents,
             )
         except KeyboardInterrupt:
-            raise CliError("interrupted", exit_code=130) from None
+            sys.exit(130)  # Ctrl-C is the way to stop a paced producer: no error to report
     click.echo(report.summary())
 
 
@@ -470,7 +470,7 @@ def dev(
     Ctrl-C stops everything this command started.
     """
     _configure_logging()
-    from tidelake.platform.dev_stack import DevOptions, run_dev
+    from tidelake.platform.dev_stack import DevOptions, DevStackError, run_dev
     from tidelake.streaming.flows import FLOWS
 
     with _clean_errors():
@@ -486,6 +486,8 @@ def dev(
             code = run_dev(list(FLOWS.values()), options)
         except FileNotFoundError as exc:
             raise CliError(str(exc), exit_code=2) from None
+        except DevStackError as exc:
+            raise CliError(str(exc)) from None
     sys.exit(code)
 
 

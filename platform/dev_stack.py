@@ -3,8 +3,9 @@
 Starts, in order: a local Apache Kafka broker (unless KAFKA_BOOTSTRAP_SERVERS names a cluster),
 the flows' topics, a demo producer per flow at a modest rate, and `dagster dev` in its own
 process group with DAGSTER_HOME in the repository. Ctrl-C (or SIGTERM) stops all of it, newest
-first: Dagster gets SIGINT so stream runs stop between batches, and whatever outlives the grace
-period is killed with its whole process group.
+first, at any moment (also while seeding history or starting up): Dagster gets SIGINT so stream
+runs stop between batches, whatever outlives the grace period is killed with its whole process
+group, and each stopped component is reported in one line.
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ from tidelake.streaming.stream_status import kafka_ends
 log = logging.getLogger(__name__)
 
 DAGSTER_STOP_GRACE_S = 60.0
+
+
+class DevStackError(RuntimeError):
+    """A part of the local platform could not start; the message says which."""
+
+
 PRODUCER_DURATION_S = 7 * 86_400
 DEV_TRIGGER_INTERVAL = "5 seconds"
 
@@ -77,9 +84,13 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
             f"{options.workspace} not found: run `tidelake dev` from the repository root"
         )
     stop = threading.Event()
-    previous = {
-        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
-    }
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if not stop.is_set():
+            stop.set()
+            _say(f"stopping ({signal.Signals(signum).name})")
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with contextlib.ExitStack() as stack:
             env = dict(os.environ)
@@ -92,19 +103,27 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
             ensure_flow_topics(conf, flows)
             service = None
             if CALL_EVENTS in flows:
-                stack.enter_context(_process_group(_serve_command(options), env))
+                serve = _process_group(_serve_command(options), env, name="the ingest service")
+                stack.enter_context(serve)
                 service = f"127.0.0.1:{options.ingest_port}"
             if options.rate > 0:
                 for flow in flows:
                     if flow.demo_event is not None and options.history_days > 0:
-                        _seed_history(flow, options, conf, env)
+                        _seed_history(flow, options, conf, env, stop)
+                    if stop.is_set():
+                        return 0
                 for flow in flows:
                     if flow.demo_event is not None:
                         via = service if flow == CALL_EVENTS else None
                         command = _producer_command(flow, options, via)
-                        stack.enter_context(_process_group(command, env))
+                        name = f"the demo producer of {flow.name}"
+                        stack.enter_context(_process_group(command, env, name=name))
+            if stop.is_set():
+                return 0
             dagster = stack.enter_context(
-                _process_group(_dagster_command(options), env, DAGSTER_STOP_GRACE_S)
+                _process_group(
+                    _dagster_command(options), env, DAGSTER_STOP_GRACE_S, name="dagster dev"
+                )
             )
             print(
                 f"tidelake dev: Dagster UI on http://{options.host}:{options.port}, "
@@ -117,11 +136,14 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
             while not stop.wait(0.5):
                 if dagster.poll() is not None:
                     return dagster.returncode or 1
-            print("tidelake dev: stopping", file=sys.stderr, flush=True)
             return 0
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _say(message: str) -> None:
+    print(f"tidelake dev: {message}", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -139,20 +161,28 @@ def _kafka(env: Mapping[str, str]) -> Iterator[str]:
         yield existing
         return
     with recorded_broker(state_file, kept_data_dir()) as broker:
-        yield broker.bootstrap_servers
+        try:
+            yield broker.bootstrap_servers
+        finally:
+            _say("stopped the local Kafka broker")
 
 
 def _seed_history(
-    flow: FlowSpec, options: DevOptions, conf: Mapping[str, str], env: Mapping[str, str]
+    flow: FlowSpec,
+    options: DevOptions,
+    conf: Mapping[str, str],
+    env: Mapping[str, str],
+    stop: threading.Event,
 ) -> None:
     """On an empty topic, demo events for the last `history_days` whole days and today so far,
-    at the live rate (the model must see the traffic it will judge)."""
+    at the live rate (the model must see the traffic it will judge). Returns early when `stop`
+    is set; a seeding that fails raises DevStackError."""
     if sum(kafka_ends(dict(conf), flow.topic).values()) > 0:
         return
     now = time.time()
     span_s = options.history_days * 86_400 + now % 86_400
     count = int(span_s * options.rate)
-    print(f"tidelake dev: seeding {count:,} events of history into {flow.topic}", file=sys.stderr)
+    _say(f"seeding {count:,} events of history into {flow.topic}")
     command = [
         *_cli(),
         "produce",
@@ -165,7 +195,11 @@ def _seed_history(
         "0.01",
         "--no-progress",
     ]
-    subprocess.run(command, env=dict(env), check=True)
+    with _process_group(command, env, name=f"seeding {flow.topic}") as seeding:
+        while seeding.poll() is None and not stop.wait(0.5):
+            pass
+    if not stop.is_set() and seeding.returncode != 0:
+        raise DevStackError(f"seeding {flow.topic} failed (exit code {seeding.returncode})")
 
 
 def _cli() -> list[str]:
@@ -218,14 +252,18 @@ def _dagster_command(options: DevOptions) -> list[str]:
 
 @contextlib.contextmanager
 def _process_group(
-    command: list[str], env: Mapping[str, str], grace_s: float = 10.0
+    command: list[str], env: Mapping[str, str], grace_s: float = 10.0, *, name: str
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A child in its own process group; on exit SIGINT to the group, then SIGKILL after grace."""
+    """A child in its own process group; on exit SIGINT to the group, then SIGKILL after grace,
+    reported as one line if it was still running."""
     process = subprocess.Popen(command, env=dict(env), start_new_session=True)
     try:
         yield process
     finally:
+        running = process.poll() is None
         stop_process_group(process, grace_s)
+        if running:
+            _say(f"stopped {name}")
 
 
 def stop_process_group(process: subprocess.Popen[bytes], grace_s: float) -> None:
