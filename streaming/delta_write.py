@@ -55,8 +55,13 @@ def good_rows(rows: DataFrame, flow: FlowSpec) -> DataFrame:
 def quarantine_rows(rows: DataFrame, flow: FlowSpec) -> DataFrame:
     """Rows the quarantine table stores: raw bytes, Kafka position and reason."""
     return rows.where(F.col(ERROR_COLUMN).isNotNull()).select(
-        *[F.col(c).alias(c.lstrip("_")) for c in quarantine_columns(flow)]
+        *[F.col(source).alias(name) for source, name in _quarantine_fields(flow)]
     )
+
+
+def _quarantine_fields(flow: FlowSpec) -> list[tuple[str, str]]:
+    """(decoded column, quarantine column) in the quarantine table's order."""
+    return [(c, c.lstrip("_")) for c in quarantine_columns(flow)]
 
 
 def arrow_schema(rows: DataFrame) -> pa.Schema:
@@ -142,8 +147,8 @@ def _refused_struct(rows: DataFrame, flow: FlowSpec) -> Column:
     collected rows reach Python, which would turn timestamps into its own local time."""
     types = dict(rows.dtypes)
     fields = [
-        (F.unix_micros(c) if types[c] == "timestamp" else F.col(c)).alias(c.lstrip("_"))
-        for c in quarantine_columns(flow)
+        (F.unix_micros(source) if types[source] == "timestamp" else F.col(source)).alias(name)
+        for source, name in _quarantine_fields(flow)
     ]
     return F.when(F.col(ERROR_COLUMN).isNotNull(), F.struct(*fields))
 
@@ -151,8 +156,8 @@ def _refused_struct(rows: DataFrame, flow: FlowSpec) -> Column:
 def _arrow_table(rows: list[Row], schema: pa.Schema) -> pa.Table:
     """Collected refused rows (see _refused_struct) as an Arrow table of the quarantine schema."""
     columns = []
-    for i, target in enumerate(schema):
-        values = [row[i] for row in rows]
+    for target in schema:
+        values = [row[target.name] for row in rows]
         if pa.types.is_timestamp(target.type):
             columns.append(pa.array(values, pa.int64()).cast(target.type))
         else:

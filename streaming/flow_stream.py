@@ -97,7 +97,7 @@ class FlowStream:
         return (
             explain_data_loss(message, self.kafka_conf)
             or explain_unreachable(message, self.kafka_conf)
-            or message.strip().splitlines()[0]
+            or next(iter(message.strip().splitlines()), message)
         )
 
     def start(self, spark: SparkSession, *, available_now: bool = False) -> StreamingQuery:
