@@ -74,7 +74,7 @@ def build_definitions(
 ) -> dg.Definitions:
     settings = settings or engine_settings()
     policy = policy or SupervisorPolicy()
-    flows = flows or FLOWS
+    flows = {name: settings.deployed(flow) for name, flow in (flows or FLOWS).items()}
     per_flow = [flow_definitions(f, settings, policy) for f in flows.values()]
     if CALL_EVENTS.name in flows:
         per_flow.append(anomaly_definitions(flows[CALL_EVENTS.name], settings, policy))

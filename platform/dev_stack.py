@@ -32,7 +32,7 @@ from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.kafka_admin import check_reachable, ensure_flow_topics
 from tidelake.streaming.settings import kafka_client_config
-from tidelake.streaming.stream_status import kafka_ends
+from tidelake.streaming.stream_status import first_record_date, kafka_ends
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,7 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
                         stack.enter_context(_process_group(command, env, name=name))
             if stop.is_set():
                 return 0
+            _start_partitions_at_the_data(flows, conf, env)
             dagster = stack.enter_context(
                 _process_group(
                     _dagster_command(options), env, DAGSTER_STOP_GRACE_S, name="dagster dev"
@@ -200,6 +201,20 @@ def _seed_history(
             pass
     if not stop.is_set() and seeding.returncode != 0:
         raise DevStackError(f"seeding {flow.topic} failed (exit code {seeding.returncode})")
+
+
+def _start_partitions_at_the_data(
+    flows: list[FlowSpec], conf: Mapping[str, str], env: dict[str, str]
+) -> None:
+    """Unless TIDELAKE_FIRST_DATE is set, start the partitions at the oldest day Kafka holds
+    (the first seeded day), so the UI shows no wall of days that never had data."""
+    if env.get("TIDELAKE_FIRST_DATE"):
+        return
+    found = [first_record_date(dict(conf), flow.topic) for flow in flows]
+    dates = [day for day in found if day is not None]
+    if dates:
+        env["TIDELAKE_FIRST_DATE"] = min(dates).isoformat()
+        _say(f"daily partitions start at {env['TIDELAKE_FIRST_DATE']}, the oldest day in Kafka")
 
 
 def _cli() -> list[str]:

@@ -116,12 +116,13 @@ def produce_demo_events(
     Size the run with `count`, or `duration_s`; `rate` (events/s) paces either, otherwise
     messages go as fast as possible. `days` > 1 spreads event times over the last `days` UTC
     dates (equal shares; today's up to now). Of all messages `malformed_share` are poison; of
-    the good ones `late_share` are 1-3 hours late, and `duplicate_share` are sent twice, the
-    repeat 0-5 s after the original. The same seed gives the same messages apart
-    from event times, which follow the clock. With `via_service` ("host:port") events go through
-    the gRPC ingest service instead of straight to Kafka; poison is then events missing a field
-    (the service refuses them), and Kafka timestamps are the service's clock, so `days` must be 1.
-    `incidents` (call events only) change or drop the good events they touch.
+    the good ones `late_share` are 1-3 hours late (none dated before the first date), and
+    `duplicate_share` are sent twice, the repeat 0-5 s after the original. The same seed gives
+    the same messages apart from event times, which follow the clock. With `via_service`
+    ("host:port") events go through the gRPC ingest service instead of straight to Kafka; poison
+    is then events missing a field (the service refuses them), and Kafka timestamps are the
+    service's clock, so `days` must be 1. `incidents` (call events only) change or drop the good
+    events they touch.
     """
     total = _planned_count(count, rate, duration_s)
     _check_share("malformed_share", malformed_share)
@@ -265,6 +266,13 @@ class _DemoMessages:
             return (*self._poison(arrival_ms), arrival_ms)
         late = rng.random() < self._late_share
         event_time_ms = arrival_ms - rng.randint(_HOUR_MS, 3 * _HOUR_MS) if late else arrival_ms
+        if (
+            late
+            and self._days > 1
+            and event_time_ms < self._span_start(time.time_ns() // 1_000_000)
+        ):
+            # history starts on its first day: no event from the day before it
+            late, event_time_ms = False, arrival_ms
         event = self._make_event(rng, event_time_ms)
         if self._incidents:
             changed = with_incidents(event, self._incidents, rng)
@@ -320,11 +328,15 @@ class _DemoMessages:
         now_ms = time.time_ns() // 1_000_000
         if self._days == 1:
             return now_ms
-        span_start = now_ms - now_ms % _DAY_MS - (self._days - 1) * _DAY_MS
+        span_start = self._span_start(now_ms)
         share = self._rng.random()
         if self._planned:
             share = (self._sent + share) / self._planned
         return span_start + int(share * (now_ms - span_start))
+
+    def _span_start(self, now_ms: int) -> int:
+        """Midnight UTC starting the first of the last `days` dates."""
+        return now_ms - now_ms % _DAY_MS - (self._days - 1) * _DAY_MS
 
     def _poison(self, arrival_ms: int) -> tuple[bytes | None, bytes, None]:
         rng = self._rng

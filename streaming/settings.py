@@ -11,10 +11,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import replace
+from datetime import date
 from pathlib import Path
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+
+from tidelake.streaming.flow_spec import FlowSpec
 
 _SECRET_WORDS = ("password", "secret", "key", "token", "jaas")
 _UNITS = "milliseconds?|seconds?|minutes?|hours?|days?"
@@ -76,6 +80,13 @@ class EngineSettings(BaseSettings):
     trigger_interval: str = Field(
         default="0 seconds", description="processing-time trigger between micro-batches"
     )
+    first_date: date | None = Field(
+        default=None,
+        description=(
+            "first UTC date (YYYY-MM-DD) of every flow's daily partitions, where this "
+            "deployment's data starts; unset: each flow's declared first_date"
+        ),
+    )
 
     @field_validator("trigger_interval")
     @classmethod
@@ -99,6 +110,10 @@ class EngineSettings(BaseSettings):
                 raise ConfigError(f"{variable}: {existing} is a file, not a folder")
             if not os.access(existing, os.W_OK | os.X_OK):
                 raise ConfigError(f"{variable}: {existing} is not writable by this user")
+
+    def deployed(self, flow: FlowSpec) -> FlowSpec:
+        """The flow as this deployment runs it: its partitions start at TIDELAKE_FIRST_DATE."""
+        return flow if self.first_date is None else replace(flow, first_date=self.first_date)
 
     def table_path(self, table: str) -> Path:
         return self.lake.resolve() / table

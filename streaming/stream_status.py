@@ -106,6 +106,19 @@ def kafka_ends(kafka_conf: dict[str, str], topic: str, timeout_s: float = 5.0) -
     return {p: o for (_, p), o in ends.items()}
 
 
+def first_record_date(
+    kafka_conf: dict[str, str], topic: str, timeout_s: float = 5.0
+) -> date | None:
+    """UTC date of the oldest record `topic` still holds (by Kafka timestamp); None if empty."""
+    probe = PartitionEnds(kafka_conf, "tidelake-status", timeout_s)
+    try:
+        firsts = probe.records_at(probe.earliest(probe.partitions([topic])))
+    finally:
+        probe.close()
+    stamps = [found[1] for found in firsts.values() if found is not None]
+    return datetime.fromtimestamp(min(stamps) / 1000, UTC).date() if stamps else None
+
+
 def stream_lag(ends: Mapping[int, int], done: Mapping[int, int]) -> StreamLag:
     """Kafka end offsets minus the stream's offsets (a whole partition if it has none).
 

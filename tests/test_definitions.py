@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tomllib
+from datetime import date
 from pathlib import Path
 
 import dagster as dg
@@ -110,3 +111,22 @@ def test_call_events_get_the_anomaly_model_and_a_supervised_detector(
     sensor = two_flows.resolve_sensor_def("call_anomaly_detector_supervisor")
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
     assert sensor.job_name == job.name
+
+
+def test_partitions_start_at_the_deployments_first_date(tmp_path: Path) -> None:
+    """TIDELAKE_FIRST_DATE moves every partitioned asset's first day; no setting keeps the
+    flow's declared first_date."""
+    settings = EngineSettings(lake=tmp_path / "lake", checkpoints=tmp_path / "cp")
+    default = build_definitions(FLOWS, settings).resolve_asset_graph()
+    first = dg.AssetKey(["lake", CALL_EVENTS.name])
+    assert default.get(first).partitions_def.start.date() == CALL_EVENTS.first_date
+
+    moved = settings.model_copy(update={"first_date": date(2026, 11, 20)})
+    graph = build_definitions(FLOWS, moved).resolve_asset_graph()
+    starts = {
+        node.partitions_def.start.date()
+        for node in graph.asset_nodes
+        if isinstance(node.partitions_def, dg.DailyPartitionsDefinition)
+    }
+    assert starts == {date(2026, 11, 20)}
+    assert CALL_EVENTS.first_date == date(2026, 1, 1)  # the declaration itself is unchanged

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
 import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 from lake_readers import read_delta
 from live_stream import run_available_now
 
@@ -14,7 +18,8 @@ from tidelake.assets.flow_keys import compaction_key, table_key
 from tidelake.platform.definitions import build_definitions
 from tidelake.platform.produce import produce_demo_events
 from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.kafka_admin import ensure_topic
+from tidelake.streaming.kafka_admin import ensure_topic, quiet_client_config
+from tidelake.streaming.kafka_offsets import PartitionEnds
 
 pytestmark = pytest.mark.integration
 
@@ -80,6 +85,42 @@ def test_backfill_failure_names_the_cause_and_keeps_the_table(
     (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert "start the call_events_elsewhere stream" in str(failure.event_specific_data.error)
     assert read_delta(stream.table_uri).num_rows == report.good
+
+
+def test_backfill_of_a_day_kafka_no_longer_holds_fails_before_spark(
+    setup: Any, kafka_conf: dict[str, Any]
+) -> None:
+    """Records of the first day deleted from Kafka (what retention does): its backfill fails in
+    the planning step, which runs before the Spark session is built, and the table is kept."""
+    flow, report, stream, defs = setup
+    first, second = sorted(report.by_date)[:2]
+    second_ms = int(datetime.fromisoformat(second).replace(tzinfo=UTC).timestamp() * 1000)
+    probe = PartitionEnds(kafka_conf, "test", 10)
+    try:
+        cut = probe.first_offsets_after(probe.partitions([flow.topic]), second_ms)
+    finally:
+        probe.close()
+    admin = AdminClient(quiet_client_config(kafka_conf))
+    deleted = admin.delete_records(
+        [TopicPartition(t, p, o) for (t, p), o in cut.items() if o is not None]
+    )
+    for future in deleted.values():
+        future.result(timeout=30)
+    before = read_delta(stream.table_uri)
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [_asset(defs, table_key(flow))],
+            instance=instance,
+            partition_key=first,
+            raise_on_error=False,
+        )
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = str(failure.event_specific_data.error)
+    assert f"Kafka topic {flow.topic!r} no longer holds every record" in message
+    complete = re.search(r"the earliest date still complete in Kafka is (\S+)\.", message)
+    assert complete is not None and complete.group(1) > second  # records of `second` are cut too
+    assert read_delta(stream.table_uri).equals(before)
 
 
 def test_compaction_asset_reports_files_before_and_after(setup: Any) -> None:

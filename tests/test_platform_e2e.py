@@ -110,6 +110,19 @@ def stack(kafka_conf: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
     root = tmp_path_factory.mktemp("platform")
     delete_topic(kafka_conf, CALL_EVENTS.topic)
     ensure_topic(kafka_conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
+    # three dates, poison and late events, on Kafka before the stack starts (as seeded history)
+    history = produce_demo_events(
+        CALL_EVENTS,
+        kafka_conf,
+        count=600,
+        days=3,
+        malformed_share=0.05,
+        late_share=0.1,
+        duplicate_share=0.05,
+        seed=7,
+        collect_keys=True,
+        progress=False,
+    )
     settings = EngineSettings(lake=root / "lake", checkpoints=root / "checkpoints")
     port, ingest_port = _free_port(), _free_port()
     env = {
@@ -142,9 +155,8 @@ def stack(kafka_conf: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    stack = Stack(
-        process, DagsterWeb(f"http://127.0.0.1:{port}"), settings, log, kafka_conf, ingest_port
-    )
+    web = DagsterWeb(f"http://127.0.0.1:{port}")
+    stack = Stack(process, web, settings, log, kafka_conf, ingest_port, [history])
     try:
         yield stack
     finally:
@@ -162,10 +174,6 @@ def stack(kafka_conf: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
 
 
 def test_dev_stack_comes_up_with_a_supervised_stream(stack: Stack) -> None:
-    # three dates, poison and late events; produced before the stream starts reading
-    stack.produce(
-        count=600, days=3, malformed_share=0.05, late_share=0.1, duplicate_share=0.05, seed=7
-    )
     lines: list[str] = []
     try:
         check_dev(stack.web, [CALL_EVENTS], stack.settings, 300, lines.append)
@@ -173,6 +181,17 @@ def test_dev_stack_comes_up_with_a_supervised_stream(stack: Stack) -> None:
         pytest.fail(f"platform did not come up: {lines}\n{stack.tail()}")
     assert any("RUNNING" in line for line in lines)
     assert any("STARTED" in line for line in lines)
+
+
+def test_partitions_start_at_the_oldest_day_in_kafka(stack: Stack) -> None:
+    """No wall of missing days: the first partition is the first day of the history."""
+    data = stack.web.query(
+        """query { assetNodeOrError(assetKey: {path: ["lake", "call_events"]}) {
+            ... on AssetNode { partitionKeys } } }"""
+    )
+    keys = data["assetNodeOrError"]["partitionKeys"]
+    assert keys[0] == min(stack.reports[0].by_date)
+    assert set(keys) == set(stack.reports[0].by_date) - {datetime.now(UTC).date().isoformat()}
 
 
 def test_events_land_exactly_once(stack: Stack) -> None:

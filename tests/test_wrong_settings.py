@@ -66,6 +66,13 @@ CASES: list[tuple[str, list[str], dict[str, str], str]] = [
         "greater than or equal to 1",
     ),
     (
+        "first partition date that is not a date",
+        STREAM,
+        {"TIDELAKE_FIRST_DATE": "2026-13-01"},
+        "Error: invalid engine settings: TIDELAKE_FIRST_DATE: Input should be a valid date or "
+        "datetime, month value is outside expected range of 1-12",
+    ),
+    (
         "lake folder that is a regular file",
         STREAM,
         {"TIDELAKE_LAKE": "{tmp}/a-file", "KAFKA_BOOTSTRAP_SERVERS": "{broker}"},
