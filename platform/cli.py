@@ -41,13 +41,14 @@ def _clean_errors() -> Iterator[None]:
     from tidelake.platform.local_broker import BrokerError
     from tidelake.platform.produce import ProduceError
     from tidelake.streaming.kafka_admin import KafkaAdminError, KafkaUnreachableError
+    from tidelake.streaming.kafka_offsets import KafkaSourceError
     from tidelake.streaming.settings import ConfigError
 
     try:
         yield
     except (ConfigError, KafkaUnreachableError) as exc:
         raise CliError(str(exc), exit_code=2) from None
-    except (KafkaAdminError, BrokerError, ProduceError) as exc:
+    except (KafkaAdminError, KafkaSourceError, BrokerError, ProduceError) as exc:
         raise CliError(str(exc)) from None
 
 
@@ -96,7 +97,18 @@ _kafka_timeout_option = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _QuietInterrupts(click.Group):
+    """Ctrl-C is how a user stops a long-running command: exit 130 without click's "Aborted!"
+    (the command has already said what it stopped)."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise click.exceptions.Exit(130) from None
+
+
+@click.group(cls=_QuietInterrupts, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tidelake")
 def main() -> None:
     """tidelake: protobuf events from Kafka into date-partitioned Delta tables."""
@@ -261,24 +273,21 @@ def produce(
     with _clean_errors():
         check_reachable(conf, kafka_timeout)
         ensure_topic(conf, spec.topic, spec.topic_partitions)
-        try:
-            report = produce_demo_events(
-                spec,
-                conf,
-                count=count,
-                rate=rate,
-                duration_s=duration,
-                malformed_share=malformed_share,
-                late_share=late_share,
-                duplicate_share=duplicate_share,
-                days=days,
-                seed=seed,
-                progress=progress,
-                via_service=via_service,
-                incidents=incidents,
-            )
-        except KeyboardInterrupt:
-            sys.exit(130)  # Ctrl-C is the way to stop a paced producer: no error to report
+        report = produce_demo_events(
+            spec,
+            conf,
+            count=count,
+            rate=rate,
+            duration_s=duration,
+            malformed_share=malformed_share,
+            late_share=late_share,
+            duplicate_share=duplicate_share,
+            days=days,
+            seed=seed,
+            progress=progress,
+            via_service=via_service,
+            incidents=incidents,
+        )
     click.echo(report.summary())
 
 

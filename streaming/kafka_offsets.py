@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from tidelake.streaming.kafka_admin import quiet_client_config
 
@@ -158,15 +159,38 @@ def list_offsets(
     wanted = [TopicPartition(t, p, spec) for t, p in tps]
     if not wanted:
         return {}
-    try:
+
+    def ask() -> list[TopicPartition]:
         found = consumer.offsets_for_times(wanted, timeout=timeout_s)
+        for tp in found:
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+        return found
+
+    # a partition whose leader is still being elected (a topic just created, a broker restarted)
+    # answers NOT_LEADER for a moment: ask again until timeout_s
+    retrying = Retrying(
+        retry=retry_if_exception(_leader_moving),
+        stop=stop_after_delay(timeout_s),
+        wait=wait_exponential(multiplier=0.05, max=1.0),
+        reraise=True,
+    )
+    try:
+        found = retrying(ask)
     except KafkaException as exc:
         names = ", ".join(f"{tp.topic}/{tp.partition}" for tp in wanted)
         raise KafkaSourceError(f"Kafka did not answer ListOffsets for {names}: {exc}") from exc
-    for tp in found:
-        if tp.error is not None:
-            raise KafkaSourceError(f"ListOffsets of {tp.topic}/{tp.partition} failed: {tp.error}")
     return {(tp.topic, tp.partition): tp.offset for tp in found}
+
+
+_LEADER_MOVING = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+}
+
+
+def _leader_moving(exc: BaseException) -> bool:
+    return isinstance(exc, KafkaException) and exc.args[0].code() in _LEADER_MOVING
 
 
 def first_offsets_after(
