@@ -64,16 +64,17 @@ class DagsterWeb:
             raise DagsterWebError(f"cannot list sensors: {data}")
         return {s["name"]: s["sensorState"]["status"] for s in data["results"]}
 
-    def runs(self, job_name: str, statuses: list[str] | None = None) -> list[dict[str, Any]]:
-        """Runs of a job, newest first: runId, status, startTime, endTime."""
-        run_filter: dict[str, Any] = {"pipelineName": job_name}
+    def runs(self, job_name: str | None, statuses: list[str] | None = None) -> list[dict[str, Any]]:
+        """Runs of a job (None: of every job), newest first: runId, jobName, status, startTime,
+        endTime."""
+        run_filter: dict[str, Any] = {"pipelineName": job_name} if job_name else {}
         if statuses:
             run_filter["statuses"] = statuses
         data = self.query(
             """query($filter: RunsFilter) {
               runsOrError(filter: $filter) {
                 __typename
-                ... on Runs { results { runId status startTime endTime } }
+                ... on Runs { results { runId jobName status startTime endTime } }
                 ... on PythonError { message }
               }
             }""",

@@ -3,9 +3,10 @@
 Starts, in order: a local Apache Kafka broker (unless KAFKA_BOOTSTRAP_SERVERS names a cluster),
 the flows' topics, a demo producer per flow at a modest rate, and `dagster dev` in its own
 process group with DAGSTER_HOME in the repository. Ctrl-C (or SIGTERM) stops all of it, newest
-first, at any moment (also while seeding history or starting up): Dagster gets SIGINT so stream
-runs stop between batches, whatever outlives the grace period is killed with its whole process
-group, and each stopped component is reported in one line.
+first, at any moment (also while seeding history or starting up): active runs are terminated
+through the webserver (streams stop between batches and end CANCELED), `dagster dev` shuts its
+services down, whatever outlives the grace period is killed with its whole process group, and
+each stopped component is reported in one line.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidelake.platform.dagster_web import DagsterWeb, DagsterWebError
 from tidelake.platform.local_broker import (
     broker_state_file,
     kept_data_dir,
@@ -121,11 +123,7 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
             if stop.is_set():
                 return 0
             _start_partitions_at_the_data(flows, conf, env)
-            dagster = stack.enter_context(
-                _process_group(
-                    _dagster_command(options), env, DAGSTER_STOP_GRACE_S, name="dagster dev"
-                )
-            )
+            dagster = stack.enter_context(_dagster_dev(options, env))
             print(
                 f"tidelake dev: Dagster UI on http://{options.host}:{options.port}, "
                 f"ingest service on {service or 'none'} "
@@ -266,26 +264,68 @@ def _dagster_command(options: DevOptions) -> list[str]:
 
 
 @contextlib.contextmanager
+def _dagster_dev(options: DevOptions, env: Mapping[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """`dagster dev`, stopped the way its runs end CANCELED rather than FAILURE: the active runs
+    are terminated through the webserver (streams stop between batches), then `dagster dev` alone
+    gets SIGINT and shuts its webserver, daemon and code servers down through their shutdown
+    pipes; a code server waits for its runs to finish. Signalling the whole group instead would
+    interrupt every process at once: tracebacks, and runs recorded as failed."""
+    web = DagsterWeb(f"http://{options.host}:{options.port}")
+    command = _dagster_command(options)
+    with _process_group(
+        command, env, DAGSTER_STOP_GRACE_S, name="dagster dev", leader_only=True
+    ) as dagster:
+        try:
+            yield dagster
+        finally:
+            if dagster.poll() is None:
+                _terminate_active_runs(web)
+
+
+def _terminate_active_runs(web: DagsterWeb) -> None:
+    try:
+        active = web.runs(None, ["QUEUED", "STARTING", "STARTED"])
+    except DagsterWebError:
+        return  # the webserver is not up (yet): its runs, if any, are stopped with the group
+    for run in active:
+        with contextlib.suppress(DagsterWebError):
+            web.terminate_run(run["runId"])
+            _say(f"stopping the {run['jobName']} run {run['runId'][:8]}")
+
+
+@contextlib.contextmanager
 def _process_group(
-    command: list[str], env: Mapping[str, str], grace_s: float = 10.0, *, name: str
+    command: list[str],
+    env: Mapping[str, str],
+    grace_s: float = 10.0,
+    *,
+    name: str,
+    leader_only: bool = False,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A child in its own process group; on exit SIGINT to the group, then SIGKILL after grace,
+    """A child in its own process group; on exit SIGINT to the group (or, with leader_only, to
+    the child alone, which stops its own children), then SIGKILL to the group after grace,
     reported as one line if it was still running."""
     process = subprocess.Popen(command, env=dict(env), start_new_session=True)
     try:
         yield process
     finally:
         running = process.poll() is None
-        stop_process_group(process, grace_s)
+        stop_process_group(process, grace_s, leader_only=leader_only)
         if running:
             _say(f"stopped {name}")
 
 
-def stop_process_group(process: subprocess.Popen[bytes], grace_s: float) -> None:
-    """SIGINT the child's group, wait up to grace_s for it to empty, then SIGKILL what is left."""
+def stop_process_group(
+    process: subprocess.Popen[bytes], grace_s: float, *, leader_only: bool = False
+) -> None:
+    """SIGINT the child's group (or only the child), wait up to grace_s for the group to empty,
+    then SIGKILL what is left."""
     pgid = process.pid
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGINT)
+        if leader_only:
+            process.send_signal(signal.SIGINT)
+        else:
+            os.killpg(pgid, signal.SIGINT)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and _group_alive(pgid):
         with contextlib.suppress(subprocess.TimeoutExpired):

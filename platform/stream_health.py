@@ -69,6 +69,9 @@ class StreamHealth:
                 f"crash loop: {d.consecutive_failures} failed runs in a row{when}",
             )
         run = d.active_run
+        if run is None and d.launch and d.consecutive_failures == 0:
+            # a first start (or one after a clean stop) is not an outage: a warning, not red
+            return False, dg.AssetCheckSeverity.WARN, f"starting the stream: {d.reason}"
         if run is None:
             return False, dg.AssetCheckSeverity.ERROR, f"no stream run: {d.reason}"
         if run.state is not RunState.STARTED:

@@ -14,9 +14,11 @@ from typing import Any
 import psutil
 import pytest
 
+from tidelake.platform.dagster_web import DagsterWeb, wait_for
 from tidelake.platform.dev_stack import dagster_home, stop_process_group
 
 REPO = Path(__file__).resolve().parents[1]
+DG = Path(sys.executable).with_name("dg")
 
 
 def test_dagster_home_links_the_platform_instance_settings(tmp_path: Path) -> None:
@@ -102,6 +104,52 @@ def test_ctrl_c_while_seeding_history_stops_cleanly(
     ], lines
     time.sleep(0.5)
     assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_dg_check_defs_loads_the_definitions() -> None:
+    """Dagster's project command finds the same code location as workspace.yaml ([tool.dg])."""
+    done = subprocess.run(
+        [str(DG), "check", "defs"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "All definitions loaded successfully." in output
+
+
+@pytest.mark.integration
+def test_dg_dev_serves_the_code_location_and_stops_on_ctrl_c(
+    kafka_conf: dict[str, Any], call_events_topic: str, tmp_path: Path
+) -> None:
+    port = _free_port()
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+        "DAGSTER_HOME": str(dagster_home({"DAGSTER_HOME": str(tmp_path / "dagster_home")})),
+        "TIDELAKE_LAKE": str(tmp_path / "lake"),
+        "TIDELAKE_CHECKPOINTS": str(tmp_path / "checkpoints"),
+    }
+    log = tmp_path / "dg-dev.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(DG), "dev", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        web = DagsterWeb(f"http://127.0.0.1:{port}")
+        keys = wait_for(lambda: web.asset_keys() or None, 180, "dg dev's code location")
+        assert {"lake/call_events", "models/call_anomaly_model"} <= set(keys)
+        assert web.sensor_states()["call_events_stream_supervisor"] == "RUNNING"
+        family = psutil.Process(process.pid).children(recursive=True)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=120) == 0, log.read_text()[-3000:]
+        time.sleep(0.5)
+        assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        stop_process_group(process, 5.0)
 
 
 def _free_port() -> int:

@@ -2,7 +2,8 @@
 in its own process group with its own DAGSTER_HOME, against the test session's broker. The tests
 drive Dagster only through its GraphQL API and read the Delta tables with delta-rs and DuckDB.
 
-Order matters (one stack per module): up -> exactly once -> SIGKILL of the run -> terminate from
+Order matters (one stack per module): up -> exactly once -> a backfill in the browser with no
+failed run so far -> SIGKILL of the run -> terminate from
 the UI -> a second run queues -> partitions closed -> quality checks -> automatic compaction ->
 backfill through GraphQL and the CLI -> events through the ingest service -> Ctrl-C leaves no
 process behind.
@@ -25,9 +26,11 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+import dagster as dg
 import grpc
 import psutil
 import pytest
+from dagster_ui import browser_ui
 from lake_readers import duckdb_query, read_delta
 
 from tidelake.assets.quality_checks import EXPECTATIONS, QUARANTINE_SHARE, VOLUME
@@ -45,6 +48,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 JOB = stream_job_name(CALL_EVENTS)
+_FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
 T = TypeVar("T")
 
 
@@ -202,6 +206,46 @@ def test_events_land_exactly_once(stack: Stack) -> None:
     assert Counter(d.isoformat() for d in table.column("date").to_pylist()) == report.by_date
     quarantine = str(stack.settings.table_path(CALL_EVENTS.quarantine_table))
     assert duckdb_query(f"select count(*) from delta_scan('{quarantine}')") == [(report.malformed,)]
+
+
+def test_a_user_backfills_a_day_in_the_browser_and_no_run_failed(stack: Stack) -> None:
+    """Chromium drives the UI as a newcomer would: lineage, catalog, a one-day backfill through
+    the Materialize dialog, that day's checks. Until here nothing has been killed on purpose,
+    so not one run may have failed (the anomaly model skips days without history)."""
+    day = _closed_days(stack)[-1]
+    table = ["lake", "call_events"]
+    with browser_ui(stack.web.url, "platform-e2e") as ui:
+        ui.open("/asset-groups")
+        ui.page.get_by_text("call_events").first.wait_for()
+        ui.shot("lineage")
+        ui.open("/assets")
+        ui.page.get_by_text("lake / call_events").first.wait_for()
+        assert "models / call_anomaly_model" in ui.text()
+        ui.shot("catalog")
+
+        prefix = ui.launch_partition_run(table, day)
+
+        def finished() -> dict[str, Any] | None:
+            runs = [r for r in stack.web.runs(None) if r["runId"].startswith(prefix)]
+            return runs[0] if runs and runs[0]["status"] in _FINISHED else None
+
+        run = wait_for(finished, 300, f"the run {prefix} launched from the browser")
+        ui.open(f"/runs/{run['runId']}")
+        ui.page.get_by_text("Success").first.wait_for()
+        ui.shot("backfill-run")
+        assert run["status"] == "SUCCESS", stack.tail()
+
+        def checked() -> str | None:
+            found = stack.web.check_statuses(table, EXPECTATIONS).get(day)
+            return found if found not in (None, "IN_PROGRESS") else None
+
+        stack.wait_for_automation(checked, 300, f"expectations of {day} after the backfill")
+        assert ui.check_results(table, EXPECTATIONS)[day] == "Passed"
+        ui.shot("checks-of-the-day")
+        ui.open("/runs?q%5B0%5D=status%3AFAILURE")
+        ui.shot("failed-runs")
+    failed = [(r["runId"][:8], r["jobName"]) for r in stack.web.runs(None, ["FAILURE"])]
+    assert not failed, stack.tail()
 
 
 def _run_worker(stack: Stack, run_id: str) -> psutil.Process:
@@ -448,9 +492,21 @@ def test_events_sent_to_the_ingest_service_land_in_the_table(stack: Stack) -> No
 
 
 def test_ctrl_c_stops_everything_it_started(stack: Stack) -> None:
+    """Runs are terminated (CANCELED, not FAILURE), Dagster's services shut down through their
+    own shutdown pipes (no KeyboardInterrupt tracebacks), each component says it stopped."""
     started = psutil.Process(stack.process.pid).children(recursive=True)
     assert len(started) >= 4  # dagster dev, webserver, daemon, code server, run worker, JVM...
+    running = stack.started_run()
+    before = len(stack.log.read_bytes())
     stack.process.send_signal(signal.SIGINT)
     assert stack.process.wait(timeout=120) == 0, stack.tail()
     alive = [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not alive, [(p.pid, _cmdline(p)) for p in alive]
+    said = stack.log.read_bytes()[before:].decode(errors="replace")
+    assert "Traceback" not in said, said
+    assert f"tidelake dev: stopping the {JOB} run {running[:8]}" in said
+    for component in ("dagster dev", "the ingest service"):
+        assert f"tidelake dev: stopped {component}" in said
+    with dg.DagsterInstance.from_config(str(stack.log.parent / "dagster_home")) as instance:
+        run = instance.get_run_by_id(running)
+    assert run is not None and run.status == dg.DagsterRunStatus.CANCELED

@@ -144,11 +144,22 @@ def test_sensor_requests_a_run_when_none_exists(defs: Any, kafka_conf: Any) -> N
         result = evaluate(defs, instance, kafka_conf)
     (request,) = result.run_requests
     assert request.tags[STREAM_TAG] == "call_events"
-    alive = checks(result)[STREAM_ALIVE]
-    assert not alive.passed and alive.severity == dg.AssetCheckSeverity.ERROR
+    alive = checks(result)[STREAM_ALIVE]  # a first start is not an outage: yellow, not red
+    assert not alive.passed and alive.severity == dg.AssetCheckSeverity.WARN
+    assert (alive.description or "").startswith("starting the stream")
     assert checks(result)[LAG_BELOW_THRESHOLD].passed  # empty topic: nothing behind
     (observation,) = [e for e in result.asset_events if isinstance(e, dg.AssetObservation)]
     assert observation.metadata["lag_total"].value == 0
+
+
+@pytest.mark.integration
+def test_a_restart_after_a_failed_run_is_red(defs: Any, kafka_conf: Any) -> None:
+    with dg.instance_for_test() as instance:
+        add_runs(instance, dg.DagsterRunStatus.FAILURE)
+        result = evaluate(defs, instance, kafka_conf)
+    assert len(result.run_requests) == 1
+    alive = checks(result)[STREAM_ALIVE]
+    assert not alive.passed and alive.severity == dg.AssetCheckSeverity.ERROR
 
 
 @pytest.mark.integration

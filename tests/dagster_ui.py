@@ -1,0 +1,125 @@
+"""The Dagster UI in a real browser: Debian's chromium driven by Playwright.
+
+Playwright never downloads a browser here: it launches the system's chromium (the Debian package,
+which `.ci/run` installs where it is missing). Every page a test visits is saved as a screenshot
+in test-results/screenshots/ (not committed), so a failure can be seen.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCREENSHOTS = REPO / "test-results" / "screenshots"
+CHROMIUM = Path(os.environ.get("TIDELAKE_CHROMIUM", "/usr/bin/chromium"))
+INSTALL_HINT = "install it with `sudo apt-get install chromium` (Debian) or run .ci/run"
+_LAUNCHED = re.compile(r"Launched run ([0-9a-f]{8})")
+
+
+def require_chromium() -> Path:
+    """The system chromium, or a skip that says how to get it."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"browser test skipped: no Chromium at {CHROMIUM}; {INSTALL_HINT}")
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        pytest.skip("browser test skipped: Playwright is missing; run `pip install -e .[dev]`")
+    return CHROMIUM
+
+
+class DagsterUI:
+    """The pages and clicks a user goes through, each page saved as a numbered screenshot."""
+
+    def __init__(self, page: object, url: str, shots: Path) -> None:
+        self.page = page
+        self.url = url.rstrip("/")
+        self.shots = shots
+        self._taken = 0
+
+    def open(self, path: str) -> None:
+        self.page.goto(f"{self.url}{path}", wait_until="networkidle")
+        self.dismiss_first_visit_dialogs()
+
+    def dismiss_first_visit_dialogs(self) -> None:
+        """A first visit asks to join the community (Skip); nothing else blocks the pages."""
+        skip = self.page.get_by_role("dialog").get_by_role("button", name="Skip")
+        if skip.count():
+            skip.first.click()
+            skip.first.wait_for(state="detached")
+
+    def shot(self, name: str) -> Path:
+        self._taken += 1
+        path = self.shots / f"{self._taken:02d}-{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+    def text(self) -> str:
+        return self.page.inner_text("body")
+
+    def launch_partition_run(self, asset_path: list[str], partition: str) -> str:
+        """Materialize → Custom → the partition → Launch 1 run, on the asset's page; the first
+        8 characters of the run id, from the notice the UI shows."""
+        self.open("/assets/" + "/".join(asset_path))
+        self.page.get_by_role("button", name=re.compile("^Materialize")).first.click()
+        dialog = self.page.get_by_role("dialog")
+        dialog.get_by_role("button", name="Custom").click()
+        partitions = dialog.locator("input").first
+        partitions.fill(partition)
+        partitions.press("Enter")
+        launch = dialog.get_by_role("button", name="Launch 1 run")
+        launch.wait_for()
+        self.shot("materialize-dialog")
+        launch.click()
+        notice = self.page.get_by_text(_LAUNCHED)
+        notice.wait_for(timeout=30_000)
+        found = _LAUNCHED.search(notice.inner_text())
+        assert found is not None
+        return found.group(1)
+
+    def check_results(self, asset_path: list[str], check: str) -> dict[str, str]:
+        """Partition -> evaluation result ("Passed", "Failed", ...) of the newest execution of a
+        check on it, read from the check's Execution history table."""
+        self.open("/assets/" + "/".join(asset_path) + f"?view=checks&checkDetail={check}")
+        self.page.get_by_text("Execution history", exact=True).click()
+        table = self.page.locator("table", has_text="Evaluation result")
+        table.wait_for()
+        header = [c.strip() for c in table.locator("thead th").all_inner_texts()]
+        result, partition = header.index("Evaluation result"), header.index("Partition")
+        found: dict[str, str] = {}
+        for row in table.locator("tbody tr").all():
+            cells = [c.strip() for c in row.locator("td").all_inner_texts()]
+            if len(cells) > max(result, partition):
+                found.setdefault(cells[partition], cells[result])  # newest first
+        return found
+
+
+@contextmanager
+def browser_ui(url: str, name: str) -> Iterator[DagsterUI]:
+    """A DagsterUI on a fresh chromium page; screenshots in test-results/screenshots/<name>."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = require_chromium()
+    shots = SCREENSHOTS / name
+    shutil.rmtree(shots, ignore_errors=True)
+    shots.mkdir(parents=True)
+    with sync_playwright() as playwright:
+        # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start
+        browser = playwright.chromium.launch(executable_path=str(chromium), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.set_default_timeout(30_000)
+            ui = DagsterUI(page, url, shots)
+            try:
+                yield ui
+            except BaseException:
+                ui.shot("failure")
+                raise
+        finally:
+            browser.close()
