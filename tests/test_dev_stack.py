@@ -146,8 +146,10 @@ def test_dg_dev_serves_the_code_location_and_stops_on_ctrl_c(
         family = psutil.Process(process.pid).children(recursive=True)
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=120) == 0, log.read_text()[-3000:]
-        time.sleep(0.5)
-        assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        # dg returns before its code server, which goes once its clients are gone (seconds)
+        _, alive = psutil.wait_procs(family, timeout=60)
+        assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+        assert "Traceback" not in log.read_text()
     finally:
         stop_process_group(process, 5.0)
 
