@@ -473,7 +473,7 @@ def dev(
     ingest_port: int,
 ) -> None:
     """Run the whole platform locally: broker, topics, ingest service, demo producer and
-    `dagster dev`.
+    `dg dev`.
 
     Uses KAFKA_BOOTSTRAP_SERVERS if set, else a running `tidelake broker`, else starts one.
     Ctrl-C stops everything this command started.

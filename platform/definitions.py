@@ -1,6 +1,7 @@
 """The one Dagster definitions root: everything per flow is generated from the flow declarations.
 
-`dagster dev -w workspace.yaml` (or `make dev`) loads `defs` from here.
+`dg dev` ([tool.dg] in pyproject.toml; what `make dev` runs) and `dagster dev -w workspace.yaml`
+load `defs` from here.
 """
 
 from __future__ import annotations

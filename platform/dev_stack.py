@@ -1,10 +1,10 @@
 """`tidelake dev` (what `make dev` runs): the whole platform on one machine, one command.
 
 Starts, in order: a local Apache Kafka broker (unless KAFKA_BOOTSTRAP_SERVERS names a cluster),
-the flows' topics, a demo producer per flow at a modest rate, and `dagster dev` in its own
+the flows' topics, a demo producer per flow at a modest rate, and `dg dev` in its own
 process group with DAGSTER_HOME in the repository. Ctrl-C (or SIGTERM) stops all of it, newest
 first, at any moment (also while seeding history or starting up): active runs are terminated
-through the webserver (streams stop between batches and end CANCELED), `dagster dev` shuts its
+through the webserver (streams stop between batches and end CANCELED), `dg dev` shuts its
 services down, whatever outlives the grace period is killed with its whole process group, and
 each stopped component is reported in one line.
 """
@@ -62,7 +62,8 @@ class DevOptions:
     """The call_events producer injects a 5-minute incident this often."""
     ingest_port: int = 50051
     """Port of the gRPC ingest service (call_events' demo events go through it)."""
-    workspace: Path = Path("workspace.yaml")
+    project: Path = Path("pyproject.toml")
+    """The repository's pyproject.toml, whose [tool.dg] table `dg dev` reads from the cwd."""
 
 
 def dagster_home(env: Mapping[str, str]) -> Path:
@@ -80,10 +81,10 @@ def dagster_home(env: Mapping[str, str]) -> Path:
 
 
 def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
-    """Run the local platform until Ctrl-C/SIGTERM or until `dagster dev` exits; its exit code."""
-    if not options.workspace.exists():
+    """Run the local platform until Ctrl-C/SIGTERM or until `dg dev` exits; its exit code."""
+    if not options.project.exists():
         raise FileNotFoundError(
-            f"{options.workspace} not found: run `tidelake dev` from the repository root"
+            f"{options.project} not found: run `tidelake dev` from the repository root"
         )
     stop = threading.Event()
 
@@ -249,31 +250,23 @@ def _serve_command(options: DevOptions) -> list[str]:
 
 
 def _dagster_command(options: DevOptions) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "dagster",
-        "dev",
-        "-w",
-        str(options.workspace),
-        "-h",
-        options.host,
-        "-p",
-        str(options.port),
-    ]
+    """`dg dev`: Dagster's project command ([tool.dg] in pyproject.toml), the same webserver,
+    daemon and code location as `dagster dev -w workspace.yaml`, which 1.13 marks superseded."""
+    dg = Path(sys.executable).with_name("dg")
+    return [str(dg), "dev", "--host", options.host, "--port", str(options.port)]
 
 
 @contextlib.contextmanager
 def _dagster_dev(options: DevOptions, env: Mapping[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    """`dagster dev`, stopped the way its runs end CANCELED rather than FAILURE: the active runs
-    are terminated through the webserver (streams stop between batches), then `dagster dev` alone
+    """`dg dev`, stopped the way its runs end CANCELED rather than FAILURE: the active runs
+    are terminated through the webserver (streams stop between batches), then `dg dev` alone
     gets SIGINT and shuts its webserver, daemon and code servers down through their shutdown
     pipes; a code server waits for its runs to finish. Signalling the whole group instead would
     interrupt every process at once: tracebacks, and runs recorded as failed."""
     web = DagsterWeb(f"http://{options.host}:{options.port}")
     command = _dagster_command(options)
     with _process_group(
-        command, env, DAGSTER_STOP_GRACE_S, name="dagster dev", leader_only=True
+        command, env, DAGSTER_STOP_GRACE_S, name="dg dev", leader_only=True
     ) as dagster:
         try:
             yield dagster

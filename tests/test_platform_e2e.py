@@ -1,4 +1,4 @@
-"""The whole platform as a user runs it: `tidelake dev` (what `make dev` runs) starts `dagster dev`
+"""The whole platform as a user runs it: `tidelake dev` (what `make dev` runs) starts `dg dev`
 in its own process group with its own DAGSTER_HOME, against the test session's broker. The tests
 drive Dagster only through its GraphQL API and read the Delta tables with delta-rs and DuckDB.
 
@@ -495,7 +495,7 @@ def test_ctrl_c_stops_everything_it_started(stack: Stack) -> None:
     """Runs are terminated (CANCELED, not FAILURE), Dagster's services shut down through their
     own shutdown pipes (no KeyboardInterrupt tracebacks), each component says it stopped."""
     started = psutil.Process(stack.process.pid).children(recursive=True)
-    assert len(started) >= 4  # dagster dev, webserver, daemon, code server, run worker, JVM...
+    assert len(started) >= 4  # dg dev, webserver, daemon, code server, run worker, JVM...
     running = stack.started_run()
     before = len(stack.log.read_bytes())
     stack.process.send_signal(signal.SIGINT)
@@ -505,7 +505,7 @@ def test_ctrl_c_stops_everything_it_started(stack: Stack) -> None:
     said = stack.log.read_bytes()[before:].decode(errors="replace")
     assert "Traceback" not in said, said
     assert f"tidelake dev: stopping the {JOB} run {running[:8]}" in said
-    for component in ("dagster dev", "the ingest service"):
+    for component in ("dg dev", "the ingest service"):
         assert f"tidelake dev: stopped {component}" in said
     with dg.DagsterInstance.from_config(str(stack.log.parent / "dagster_home")) as instance:
         run = instance.get_run_by_id(running)
