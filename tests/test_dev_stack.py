@@ -116,23 +116,24 @@ def test_dg_check_defs_loads_the_definitions() -> None:
     assert "All definitions loaded successfully." in output
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize(
     "command",
     [[str(DG), "dev"], [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml"]],
     ids=["dg dev", "dagster dev -w workspace.yaml"],
 )
 def test_both_entry_points_serve_the_code_location_and_stop_on_ctrl_c(
-    command: list[str], kafka_conf: dict[str, Any], call_events_topic: str, tmp_path: Path
+    command: list[str], closed_port: int, tmp_path: Path
 ) -> None:
     """`dg dev` (what `tidelake dev` runs) and the kept `dagster dev -w workspace.yaml` load the
     same definitions with their sensors on, and Ctrl-C ends them with nothing left running.
-    (`tidelake dev` stops them more gently, see test_platform_e2e.)"""
+    No broker answers, so stream runs fail before Spark: this is about the entry points, and
+    `tidelake dev`'s stop with runs in flight is tested in test_platform_e2e."""
     port = _free_port()
     env = {
         **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+        "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{closed_port}",
         "DAGSTER_HOME": str(dagster_home({"DAGSTER_HOME": str(tmp_path / "dagster_home")})),
+        "TIDELAKE_HOME": str(tmp_path / "home"),
         "TIDELAKE_LAKE": str(tmp_path / "lake"),
         "TIDELAKE_CHECKPOINTS": str(tmp_path / "checkpoints"),
     }
@@ -151,14 +152,9 @@ def test_both_entry_points_serve_the_code_location_and_stop_on_ctrl_c(
         keys = wait_for(lambda: web.asset_keys() or None, 180, f"{command[-2:]}'s code location")
         assert {"lake/call_events", "models/call_anomaly_model"} <= set(keys)
         assert web.sensor_states()["call_events_stream_supervisor"] == "RUNNING"
-        # the supervisor starts the stream: Ctrl-C must also end a run in flight. Wait for its
-        # checkpoint: a Ctrl-C while the run's JVM is still starting leaves that JVM behind
-        # (reproduced 1 in 2; `tidelake dev` kills it with its process group; a follow-up)
-        first_commit = Path(env["TIDELAKE_CHECKPOINTS"]) / "call_events" / "commits" / "0"
-        wait_for(lambda: first_commit.exists() or None, 240, "the stream's first commit")
         family = psutil.Process(process.pid).children(recursive=True)
-        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole group
-        process.wait(timeout=120)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=120) == 0, log.read_text()[-3000:]
         # dev returns before its code server, which goes once its runs and clients are gone
         _, alive = psutil.wait_procs(family, timeout=60)
         assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
