@@ -345,6 +345,7 @@ def stream(
     from tidelake.streaming.runner import graceful_stop_signals, run_flow_stream
     from tidelake.streaming.settings import ConfigError, load_engine_settings
     from tidelake.streaming.stream_guard import StreamGuardError
+    from tidelake.streaming.table_evolution import SchemaChangeError
 
     with _clean_errors():  # settings first: a wrong one is reported even without a broker
         settings = load_engine_settings(
@@ -362,7 +363,13 @@ def stream(
                 restart_from_table=restart_from_table,
                 stop=stop,
             )
-    except (ConfigError, KafkaSourceError, KafkaAdminError, StreamGuardError) as exc:
+    except (
+        ConfigError,
+        KafkaSourceError,
+        KafkaAdminError,
+        StreamGuardError,
+        SchemaChangeError,
+    ) as exc:
         raise CliError(str(exc), exit_code=2) from None
     except RuntimeError as exc:
         raise CliError(str(exc)) from None

@@ -27,6 +27,7 @@ from tidelake.streaming.session import prepare_environment, prepare_session
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.stream_guard import StreamGuardError
 from tidelake.streaming.stream_status import kafka_ends, stream_lag
+from tidelake.streaming.table_evolution import SchemaChangeError
 
 
 class StreamRunConfig(dg.Config):
@@ -80,7 +81,7 @@ def build_stream_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefiniti
         stream = FlowStream(flow, run_settings, conf)
         try:
             stream.preflight()
-        except (KafkaAdminError, StreamGuardError) as exc:
+        except (KafkaAdminError, StreamGuardError, SchemaChangeError) as exc:
             raise dg.Failure(description=str(exc)) from None
         context.log.info(
             f"stream worker pid {os.getpid()}: {flow.topic} -> {stream.table_uri} "

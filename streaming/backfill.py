@@ -33,12 +33,13 @@ from tidelake.streaming.decode import decode_records
 from tidelake.streaming.dedup import drop_repeats_in_batch
 from tidelake.streaming.delta_commit import replace_partitions
 from tidelake.streaming.delta_files import write_data_files
-from tidelake.streaming.delta_write import arrow_schema, good_rows
+from tidelake.streaming.delta_write import good_rows
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.kafka_offsets import Offsets, PartitionEnds, from_json_offsets
 from tidelake.streaming.kafka_read import read_records
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.stream_status import table_progress, written_position
+from tidelake.streaming.table_evolution import SchemaChangeError, evolve_table
 
 log = logging.getLogger(__name__)
 _DAY = timedelta(days=1)
@@ -125,6 +126,11 @@ def stream_position(flow: FlowSpec, settings: EngineSettings) -> tuple[int, Offs
             f"table {uri} does not exist yet: start the {flow.name} stream, which creates it "
             "and reads the topic from its earliest offset"
         ) from None
+    try:
+        if evolve_table(flow, uri).changed:
+            table = DeltaTable(uri)
+    except SchemaChangeError as exc:
+        raise BackfillError(str(exc)) from None
     if not (checkpoint / "metadata").exists():
         raise BackfillError(
             f"no stream checkpoint in {checkpoint}: a backfill rebuilds what the {flow.name} "
@@ -212,7 +218,6 @@ def run_backfill(
     replace_partitions(
         uri,
         files,
-        schema=arrow_schema(rows),
         partition_column=flow.partition_column,
         values=plan.dates,
         read_version=plan.read_version,

@@ -90,24 +90,29 @@ def ensure_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str])
     changed = [
         f"{f.name}: table {have.field(f.name).type}, stream {f.type}"
         for f in schema
-        if not _same_type(have.field(f.name).type, f.type)
+        if not same_column_type(have.field(f.name).type, f.type)
     ]
     if changed:
         raise DeltaCommitError(f"{table_uri} has other column types: {'; '.join(changed)}")
     return table
 
 
-def _same_type(table_type: pa.DataType, stream_type: pa.DataType) -> bool:
-    """Equal up to Arrow's large/view variants, which delta-rs may hand back for strings."""
+def same_column_type(table_type: pa.DataType, stream_type: pa.DataType) -> bool:
+    """Equal up to Arrow's large/view variants, which delta-rs may hand back for strings,
+    binaries and lists (also inside structs and lists), and up to field names of list items."""
+    return _base_type(table_type) == _base_type(stream_type)
 
-    def base(t: pa.DataType) -> pa.DataType:
-        if pa.types.is_large_string(t) or pa.types.is_string_view(t):
-            return pa.string()
-        if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
-            return pa.binary()
-        return t
 
-    return base(table_type) == base(stream_type)
+def _base_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return pa.binary()
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
+        return pa.list_(_base_type(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _base_type(f.type)) for f in t])
+    return t
 
 
 def table_transaction(table_uri: str, app_id: str) -> int | None:
@@ -199,7 +204,6 @@ def replace_partitions(
     table_uri: str,
     files: Sequence[DataFile],
     *,
-    schema: pa.Schema,
     partition_column: str,
     values: Sequence[str],
     read_version: int,
@@ -208,13 +212,15 @@ def replace_partitions(
 
     delta-rs removes the partitions' files of that snapshot, so files that other writers (the
     live stream) appended since then survive the commit: a backfill that read everything the
-    stream had committed at read_version replaces exactly that.
+    stream had committed at read_version replaces exactly that. The commit keeps the table's
+    own schema (an overwrite rewrites the table's metadata; its column contracts must stay).
     """
     validate_files(table_uri, files, [partition_column])
     wrong = {f.partition_values.get(partition_column) for f in files} - set(values)
     if wrong:
         raise DeltaCommitError(f"{table_uri}: files outside the replaced partitions: {wrong}")
     table = DeltaTable(table_uri, version=read_version)
+    schema = DeltaTable(table_uri).schema()
     actions = [
         AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats)
         for f in files

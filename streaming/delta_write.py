@@ -36,6 +36,7 @@ from tidelake.streaming.decode import ERROR_COLUMN, quarantine_columns, table_co
 from tidelake.streaming.delta_commit import commit_files, ensure_table, table_transaction
 from tidelake.streaming.delta_files import write_arrow_files, write_data_files
 from tidelake.streaming.flow_spec import FlowSpec
+from tidelake.streaming.table_evolution import evolve_table
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +73,10 @@ def arrow_schema(rows: DataFrame) -> pa.Schema:
 def ensure_flow_tables(
     decoded: DataFrame, flow: FlowSpec, table_uri: str, quarantine_uri: str
 ) -> None:
-    """The flow's table and quarantine table, created from the decoded rows' schema if missing;
-    an existing table of another layout is refused."""
+    """The flow's table, created or brought to its message (table_evolution), and its
+    quarantine table, created from the decoded rows' schema if missing; a table the decoded
+    rows do not fit is refused."""
+    evolve_table(flow, table_uri)
     ensure_table(table_uri, arrow_schema(good_rows(decoded, flow)), [flow.partition_column])
     ensure_table(
         quarantine_uri, arrow_schema(quarantine_rows(decoded, flow)), [flow.partition_column]

@@ -35,6 +35,7 @@ from tidelake.streaming.stream_guard import (
     check_checkpoint_readable,
     check_table_files_exist,
 )
+from tidelake.streaming.table_evolution import evolve_table
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,8 @@ class FlowStream:
     def preflight(self, *, restart_from_table: bool = False) -> None:
         """Fail fast, before Spark starts: a lake or checkpoint folder that cannot be written, a
         missing broker or topic, a checkpoint that does not match the table, a table whose data
-        files are gone (stream_guard).
+        files are gone (stream_guard), a message change the table cannot follow; then bring the
+        table to the flow's message (table_evolution).
 
         restart_from_table retires the checkpoint and starts a new one where the table's last
         batch ended: the documented way forward after a table was restored from a copy.
@@ -90,6 +92,7 @@ class FlowStream:
         check_checkpoint_matches_table(
             self.flow.name, self.flow.topic, self.checkpoint, self.table_uri
         )
+        evolve_table(self.flow, self.table_uri)
 
     def explain_failure(self, message: str) -> str:
         """A query failure in tidelake's terms where we know better than Spark's message, else

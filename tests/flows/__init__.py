@@ -19,6 +19,7 @@ def page_view(rng: random.Random, event_time_ms: int) -> PageView:
         bounced=rng.random() < 0.3,
         load_ms=rng.uniform(50, 900),
         device=rng.choice([PageView.DESKTOP, PageView.MOBILE]),
+        scroll_percent=rng.randrange(101),
     )
 
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x66lows/page_view.proto\x12\x10tidelake.testing\"\xff\x01\n\x08PageView\x12\x0f\n\x07view_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x0b\n\x03url\x18\x03 \x01(\t\x12\x13\n\x0bviewed_at_s\x18\x04 \x01(\x03\x12\x0f\n\x07\x62ounced\x18\x05 \x01(\x08\x12\x0f\n\x07load_ms\x18\x06 \x01(\x01\x12\x31\n\x06\x64\x65vice\x18\x07 \x01(\x0e\x32!.tidelake.testing.PageView.Device\x12\x15\n\x08referrer\x18\x08 \x01(\tH\x00\x88\x01\x01\"9\n\x06\x44\x65vice\x12\x16\n\x12\x44\x45VICE_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x44\x45SKTOP\x10\x01\x12\n\n\x06MOBILE\x10\x02\x42\x0b\n\t_referrerb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x66lows/page_view.proto\x12\x10tidelake.testing\"\x97\x02\n\x08PageView\x12\x0f\n\x07view_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x0b\n\x03url\x18\x03 \x01(\t\x12\x13\n\x0bviewed_at_s\x18\x04 \x01(\x03\x12\x0f\n\x07\x62ounced\x18\x05 \x01(\x08\x12\x0f\n\x07load_ms\x18\x06 \x01(\x01\x12\x31\n\x06\x64\x65vice\x18\x07 \x01(\x0e\x32!.tidelake.testing.PageView.Device\x12\x15\n\x08referrer\x18\x08 \x01(\tH\x00\x88\x01\x01\x12\x16\n\x0escroll_percent\x18\t \x01(\x05\"9\n\x06\x44\x65vice\x12\x16\n\x12\x44\x45VICE_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x44\x45SKTOP\x10\x01\x12\n\n\x06MOBILE\x10\x02\x42\x0b\n\t_referrerb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,7 +32,7 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'flows.page_view_pb2', _glob
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PAGEVIEW']._serialized_start=44
-  _globals['_PAGEVIEW']._serialized_end=299
-  _globals['_PAGEVIEW_DEVICE']._serialized_start=229
-  _globals['_PAGEVIEW_DEVICE']._serialized_end=286
+  _globals['_PAGEVIEW']._serialized_end=323
+  _globals['_PAGEVIEW_DEVICE']._serialized_start=253
+  _globals['_PAGEVIEW_DEVICE']._serialized_end=310
 # @@protoc_insertion_point(module_scope)

@@ -6,7 +6,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class PageView(_message.Message):
-    __slots__ = ("view_id", "user", "url", "viewed_at_s", "bounced", "load_ms", "device", "referrer")
+    __slots__ = ("view_id", "user", "url", "viewed_at_s", "bounced", "load_ms", "device", "referrer", "scroll_percent")
     class Device(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         DEVICE_UNSPECIFIED: _ClassVar[PageView.Device]
@@ -23,6 +23,7 @@ class PageView(_message.Message):
     LOAD_MS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     REFERRER_FIELD_NUMBER: _ClassVar[int]
+    SCROLL_PERCENT_FIELD_NUMBER: _ClassVar[int]
     view_id: str
     user: str
     url: str
@@ -31,4 +32,5 @@ class PageView(_message.Message):
     load_ms: float
     device: PageView.Device
     referrer: str
-    def __init__(self, view_id: _Optional[str] = ..., user: _Optional[str] = ..., url: _Optional[str] = ..., viewed_at_s: _Optional[int] = ..., bounced: _Optional[bool] = ..., load_ms: _Optional[float] = ..., device: _Optional[_Union[PageView.Device, str]] = ..., referrer: _Optional[str] = ...) -> None: ...
+    scroll_percent: int
+    def __init__(self, view_id: _Optional[str] = ..., user: _Optional[str] = ..., url: _Optional[str] = ..., viewed_at_s: _Optional[int] = ..., bounced: _Optional[bool] = ..., load_ms: _Optional[float] = ..., device: _Optional[_Union[PageView.Device, str]] = ..., referrer: _Optional[str] = ..., scroll_percent: _Optional[int] = ...) -> None: ...
