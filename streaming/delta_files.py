@@ -198,6 +198,8 @@ def _footer_stats(metadata: pq.FileMetaData) -> _FileStats:
         for j in range(group.num_columns):
             column = group.column(j)
             name = column.path_in_schema
+            if "." in name:
+                continue  # a leaf of a struct or list column: Delta stats are optional, skip
             column_stats = column.statistics
             nulls = column_stats.null_count if column_stats is not None else None
             if nulls is None:

@@ -7,9 +7,9 @@ do not parse, unknown enum numbers and unsigned values past a long), and by the 
 (`contract_expectations`). A broken rule reads the same everywhere: "<field>: <what is wrong>".
 
 Rules: the key, the event time and every `required_fields` entry must be set (proto3: a zero
-value, the empty string or an enum's zero entry counts as unset; a field with presence must be
-present); an enum holds one of its declared numbers; a `FieldCheck` bounds a number or matches a
-string against a pattern.
+value, the empty string or an enum's zero entry counts as unset; a field with presence, such as
+a message, must be present; a repeated field must hold a value); an enum holds one of its
+declared numbers; a `FieldCheck` bounds a number or matches a string against a pattern.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def violations(flow: FlowSpec, message: Message) -> list[FieldViolation]:
     required = set(flow.validity_fields)
     for f in flow.message.DESCRIPTOR.fields:
         value = getattr(message, f.name)
-        if f.type == FieldDescriptor.TYPE_ENUM and value not in f.enum_type.values_by_number:
+        enum = f.type == FieldDescriptor.TYPE_ENUM and not f.is_repeated
+        if enum and value not in f.enum_type.values_by_number:
             problems.append(FieldViolation(f.name, unknown_enum(f, value)))
             continue
         if f.name in required and _unset(message, fields[f.name]):
@@ -117,7 +118,7 @@ def contract_expectations(flow: FlowSpec) -> list[Any]:
             continue
         if f.name in required:
             out.append(gxe.ExpectColumnValuesToNotBeNull(column=f.name))
-        if f.type == FieldDescriptor.TYPE_ENUM:
+        if f.type == FieldDescriptor.TYPE_ENUM and not f.is_repeated:
             names = known_enum_names(f) if f.name in required else enum_names(f)
             out.append(gxe.ExpectColumnValuesToBeInSet(column=f.name, value_set=names))
         check = flow.field_checks.get(f.name)
@@ -149,12 +150,16 @@ def unknown_enum(f: FieldDescriptor, number: int) -> str:
 
 
 def _unset(message: Message, f: FieldDescriptor) -> bool:
+    if f.is_repeated:
+        return len(getattr(message, f.name)) == 0
     if f.has_presence:
         return not message.HasField(f.name)
     return bool(getattr(message, f.name) == f.default_value)
 
 
 def _unset_column(f: FieldDescriptor, value: Column) -> Column:
+    if f.is_repeated:
+        return value.isNull() | (F.size(value) == 0)
     if f.has_presence:
         return value.isNull()
     if f.type == FieldDescriptor.TYPE_ENUM:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any, Literal
 
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 EventTimeUnit = Literal["s", "ms", "us"]
@@ -141,15 +141,18 @@ class FlowSpec:
             raise FlowSpecError(f"flow {self.name}: max_lag must be >= 0")
         if self.topic_partitions < 1:
             raise FlowSpecError(f"flow {self.name}: topic_partitions must be >= 1")
-        for f in self.message.DESCRIPTOR.fields:
-            if _is_repeated(f) or f.type in (
-                FieldDescriptor.TYPE_MESSAGE,
-                FieldDescriptor.TYPE_GROUP,
-            ):
+        for role, name in [
+            ("key_field", self.key_field),
+            ("event_time_field", self.event_time_field),
+            ("dedup_key", self.dedup_key),
+            *[(f"field_checks[{n!r}]", n) for n in self.field_checks],
+        ]:
+            if name is not None and not _single_value(fields[name]):
                 raise FlowSpecError(
-                    f"flow {self.name}: field {f.name!r} is repeated or a message; only scalar and "
-                    "enum fields are supported so far"
+                    f"flow {self.name}: {role} {name!r} must be a single scalar or enum field, "
+                    "not a repeated field or a message"
                 )
+        _check_nesting(self.name, self.message.DESCRIPTOR, ())
         if self.topic in (".", ".."):
             raise FlowSpecError(f"flow {self.name}: topic {self.topic!r} is not allowed by Kafka")
         if self.partition_column in fields:
@@ -219,5 +222,24 @@ def _check_field_check(
         raise FlowSpecError(f"flow {flow}: field_checks[{name!r}] bounds need a numeric field")
 
 
-def _is_repeated(f: FieldDescriptor) -> bool:
-    return bool(f.is_repeated)
+def _single_value(f: FieldDescriptor) -> bool:
+    return not f.is_repeated and f.type not in (
+        FieldDescriptor.TYPE_MESSAGE,
+        FieldDescriptor.TYPE_GROUP,
+    )
+
+
+def _check_nesting(flow: str, message: Descriptor, enclosing: tuple[str, ...]) -> None:
+    """Nested messages become struct columns: refuse groups and messages that contain
+    themselves (a column type is finite)."""
+    if message.full_name in enclosing:
+        chain = " > ".join((*enclosing, message.full_name))
+        raise FlowSpecError(
+            f"flow {flow}: message {message.full_name} contains itself ({chain}); a recursive "
+            "message cannot be stored as columns"
+        )
+    for f in message.fields:
+        if f.type == FieldDescriptor.TYPE_GROUP:
+            raise FlowSpecError(f"flow {flow}: field {f.name!r} is a proto2 group; use a message")
+        if f.type == FieldDescriptor.TYPE_MESSAGE:
+            _check_nesting(flow, f.message_type, (*enclosing, message.full_name))

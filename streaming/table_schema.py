@@ -1,6 +1,7 @@
 """The columns of a flow's Delta tables, from its protobuf message alone (no Spark needed).
 
 The decoder (decode, on the JVM) produces exactly these types; a test holds the two together.
+Nested messages are structs, repeated fields lists.
 Dagster's asset metadata and the quality checks read the schema from here.
 """
 
@@ -39,7 +40,7 @@ def table_schema(flow: FlowSpec) -> pa.Schema:
     """The flow's table: its message's fields (the event time as a UTC timestamp), the date,
     then the Kafka position and time, and when the engine read the record."""
     fields = [
-        pa.field(f.name, TIMESTAMP if f.name == flow.event_time_field else _ARROW_TYPES[f.type])
+        pa.field(f.name, TIMESTAMP if f.name == flow.event_time_field else field_type(f))
         for f in flow.message.DESCRIPTOR.fields
     ]
     return pa.schema(
@@ -53,3 +54,15 @@ def table_schema(flow: FlowSpec) -> pa.Schema:
             pa.field(INGEST_TIME_COLUMN, TIMESTAMP),
         ]
     )
+
+
+def field_type(f: FieldDescriptor) -> pa.DataType:
+    """A message field's column type: a nested message is a struct, a repeated field a list
+    (a map a list of key/value structs)."""
+    if f.type == FieldDescriptor.TYPE_MESSAGE:
+        single: pa.DataType = pa.struct(
+            [pa.field(c.name, field_type(c)) for c in f.message_type.fields]
+        )
+    else:
+        single = _ARROW_TYPES[f.type]
+    return pa.list_(single) if f.is_repeated else single

@@ -7,6 +7,7 @@ import re
 import uuid
 from datetime import timedelta
 
+import pyarrow as pa
 import pytest
 from flows import PAGE_VIEWS
 from flows.page_view_pb2 import PageView
@@ -15,7 +16,7 @@ from google.protobuf.descriptor_pb2 import FieldDescriptorProto as F
 from google.protobuf.message import Message
 
 from tidelake.protos.call_pb2 import CallEvent
-from tidelake.streaming.flow_spec import FlowSpec, FlowSpecError
+from tidelake.streaming.flow_spec import FieldCheck, FlowSpec, FlowSpecError
 from tidelake.streaming.flows import CALL_EVENTS, FLOWS, get_flow
 from tidelake.streaming.table_schema import table_schema
 
@@ -50,14 +51,8 @@ def spec(**changes) -> FlowSpec:
 
 def custom_flow(message: type[Message], **changes) -> FlowSpec:
     """A flow over a run-time message with fields `id` (key) and `at` (event time)."""
-    return FlowSpec(
-        name="events",
-        message=message,
-        topic="events",
-        key_field="id",
-        event_time_field="at",
-        **changes,
-    )
+    fields = {"key_field": "id", "event_time_field": "at", **changes}
+    return FlowSpec(name="events", message=message, topic="events", **fields)
 
 
 def test_declared_flows_are_valid_and_keyed_by_name():
@@ -109,17 +104,62 @@ def test_every_integer_type_is_accepted_as_event_time(time_type):
     assert flow.validity_fields == ("id", "at")
 
 
+def test_repeated_and_message_fields_become_list_and_struct_columns():
+    message = message_class(
+        [
+            ("id", F.TYPE_STRING),
+            ("at", F.TYPE_INT64),
+            ("tags", F.TYPE_STRING, F.LABEL_REPEATED),
+            ("detail", F.TYPE_MESSAGE),
+            ("details", F.TYPE_MESSAGE, F.LABEL_REPEATED),
+        ]
+    )
+    schema = table_schema(custom_flow(message))
+    assert schema.field("tags").type == pa.list_(pa.string())
+    assert schema.field("detail").type == pa.struct([("text", pa.string())])
+    assert schema.field("details").type == pa.list_(pa.struct([("text", pa.string())]))
+
+
 @pytest.mark.parametrize(
-    ("extra", "bad"),
+    ("changes", "role", "bad"),
     [
-        (("tags", F.TYPE_STRING, F.LABEL_REPEATED), "tags"),
-        (("samples", F.TYPE_INT64, F.LABEL_REPEATED), "samples"),
-        (("detail", F.TYPE_MESSAGE), "detail"),
+        ({"key_field": "tags"}, "key_field", "tags"),
+        ({"dedup_key": "detail"}, "dedup_key", "detail"),
+        ({"field_checks": {"tags": FieldCheck(pattern="x")}}, "field_checks['tags']", "tags"),
     ],
 )
-def test_repeated_and_message_fields_are_rejected(extra, bad):
-    message = message_class([("id", F.TYPE_STRING), ("at", F.TYPE_INT64), extra])
-    with pytest.raises(FlowSpecError, match=rf"field '{bad}' is repeated or a message"):
+def test_keys_and_checks_need_a_single_scalar_field(changes, role, bad):
+    message = message_class(
+        [
+            ("id", F.TYPE_STRING),
+            ("at", F.TYPE_INT64),
+            ("tags", F.TYPE_STRING, F.LABEL_REPEATED),
+            ("detail", F.TYPE_MESSAGE),
+        ]
+    )
+    with pytest.raises(FlowSpecError, match=rf"{re.escape(role)} '{bad}' must be a single scalar"):
+        custom_flow(message, **changes)
+
+
+def test_a_message_that_contains_itself_is_rejected():
+    package = f"tidelake.testing.dyn{uuid.uuid4().hex[:10]}"
+    file_proto = descriptor_pb2.FileDescriptorProto(
+        name=f"{package.replace('.', '/')}.proto", package=package, syntax="proto3"
+    )
+    event = file_proto.message_type.add(name="Event")
+    event.field.add(name="id", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    event.field.add(name="at", number=2, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    event.field.add(
+        name="parent",
+        number=3,
+        type=F.TYPE_MESSAGE,
+        label=F.LABEL_OPTIONAL,
+        type_name=f".{package}.Event",
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file_proto)
+    message = message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Event"))
+    with pytest.raises(FlowSpecError, match=r"contains itself .*Event > .*Event"):
         custom_flow(message)
 
 

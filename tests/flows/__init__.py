@@ -1,4 +1,5 @@
-"""A test-only flow: PageView events, declared exactly as a real flow would be."""
+"""Test-only flows, declared exactly as real flows would be: PageView (scalar fields) and Order
+(nested, repeated and map fields)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from datetime import timedelta
 
 from tidelake.streaming.flow_spec import FlowSpec
 
+from .order_pb2 import Order
 from .page_view_pb2 import PageView
 
 
@@ -35,4 +37,35 @@ PAGE_VIEWS = FlowSpec(
     allowed_lateness=timedelta(minutes=30),
     description="Test-only flow.",
     demo_event=page_view,
+)
+
+
+def order(rng: random.Random, event_time_ms: int) -> Order:
+    """Every shape of nested and repeated value, and some left out (no ship_to, no lines)."""
+    event = Order(order_id=f"OR{rng.getrandbits(64):016x}", placed_at_ms=event_time_ms)
+    if rng.random() < 0.7:
+        event.ship_to.city = rng.choice(["Berlin", "Lisbon"])
+        event.ship_to.country = "DE"
+        if rng.random() < 0.5:
+            event.ship_to.floor = rng.randrange(-1, 9)
+    event.coupons.extend(rng.sample(["NEW", "VIP", "XMAS"], rng.randrange(3)))
+    for _ in range(rng.randrange(3)):
+        line = event.lines.add(sku=f"SKU-{rng.randrange(100)}", quantity=rng.randrange(1, 5))
+        line.kind = rng.choice([Order.Line.GOODS, Order.Line.SERVICE])
+        line.options.extend(rng.randrange(-5, 5) for _ in range(rng.randrange(3)))
+    event.scores.extend(rng.randrange(-(2**40), 2**40) for _ in range(rng.randrange(4)))
+    event.unpacked_scores.extend(rng.randrange(100) for _ in range(rng.randrange(3)))
+    event.attributes.update({k: rng.randrange(10) for k in rng.sample("abc", rng.randrange(3))})
+    return event
+
+
+ORDERS = FlowSpec(
+    name="orders",
+    message=Order,
+    topic="orders",
+    key_field="order_id",
+    event_time_field="placed_at_ms",
+    topic_partitions=2,
+    description="Test-only flow with nested and repeated fields.",
+    demo_event=order,
 )

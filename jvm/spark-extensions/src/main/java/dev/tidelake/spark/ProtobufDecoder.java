@@ -13,8 +13,10 @@ import com.google.protobuf.WireFormat;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import org.apache.spark.sql.Column;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
@@ -33,11 +35,14 @@ import org.apache.spark.sql.types.StructType;
  * <p>The struct holds the message's fields in declaration order and then {@code _error}: null
  * for a good record, else why it was refused (undecodable bytes, empty value, a wire type that
  * does not match the field's declared type, an enum number the contract does not know, an
- * unsigned 64-bit value beyond Delta's signed long). Types: enums by name; uint32 and fixed32
- * as long (Delta has no unsigned types); a field with presence (proto3 {@code optional}) that
- * was not sent is null, other unset fields hold proto3's zero value.
+ * unsigned 64-bit value beyond Delta's signed long), naming the field by its path
+ * ({@code position.x}). Types: enums by name; uint32 and fixed32 as long (Delta has no unsigned
+ * types); a nested message as a struct, null when not sent; a repeated field as an array (packed
+ * or not on the wire), empty when not sent; a map as an array of key/value structs; a field with
+ * presence (proto3 {@code optional}) that was not sent is null, other unset fields hold proto3's
+ * zero value. Recursive message types are refused (a Spark type is finite).
  *
- * <p>Parsing walks the wire format once with {@link CodedInputStream} against a field table
+ * <p>Parsing walks the wire format once with {@link CodedInputStream} against field tables
  * built from the descriptor, instead of building a DynamicMessage per record.
  */
 public final class ProtobufDecoder implements UDF1<byte[], Row> {
@@ -46,9 +51,7 @@ public final class ProtobufDecoder implements UDF1<byte[], Row> {
 
   private final byte[] descriptorSet;
   private final String messageName;
-  private transient FieldSlot[] slots;
-  private transient Map<Integer, FieldSlot> slotsByNumber;
-  private transient Object[] unsetRow;
+  private transient MessageLayout layout;
 
   public ProtobufDecoder(byte[] descriptorSet, String messageName) {
     this.descriptorSet = descriptorSet.clone();
@@ -64,105 +67,42 @@ public final class ProtobufDecoder implements UDF1<byte[], Row> {
 
   /** The struct type {@link #decode} returns. */
   public StructType schema() {
-    List<StructField> fields = new ArrayList<>();
-    for (FieldSlot slot : slots) {
-      fields.add(DataTypes.createStructField(slot.name, slot.sparkType, true));
-    }
+    List<StructField> fields = new ArrayList<>(List.of(layout.type.fields()));
     fields.add(DataTypes.createStructField(ERROR_FIELD, DataTypes.StringType, true));
     return DataTypes.createStructType(fields);
   }
 
   @Override
   public Row call(byte[] value) {
-    if (slots == null) {
+    if (layout == null) {
       prepare();
     }
-    Object[] row = unsetRow.clone();
+    Object[] row = new Object[layout.slots.length + 1];
     if (value == null || value.length == 0) {
-      row[slots.length] = "empty value";
+      System.arraycopy(layout.unsetValues(), 0, row, 0, layout.slots.length);
+      row[layout.slots.length] = "empty value";
       return RowFactory.create(row);
     }
     try {
-      CodedInputStream in = CodedInputStream.newInstance(value);
-      for (int tag = in.readTag(); tag != 0; tag = in.readTag()) {
-        FieldSlot slot = slotsByNumber.get(WireFormat.getTagFieldNumber(tag));
-        if (slot == null) {
-          if (!in.skipField(tag)) {
-            break;
-          }
-          continue;
-        }
-        int wireType = WireFormat.getTagWireType(tag);
-        if (wireType > WireFormat.WIRETYPE_FIXED32) {
-          row[slots.length] = "undecodable: invalid wire type " + wireType;
-          return RowFactory.create(row);
-        }
-        if (wireType != slot.wireType) {
-          row[slots.length] = slot.name + ": wire type " + wireType
-              + " does not match its declared type " + slot.protoType;
-          return RowFactory.create(row);
-        }
-        Object parsed = read(in, slot);
-        if (parsed instanceof Refusal refusal) {
-          row[slots.length] = refusal.reason;
-          return RowFactory.create(row);
-        }
-        row[slot.index] = parsed;
+      Object parsed = layout.parse(CodedInputStream.newInstance(value), "");
+      if (parsed instanceof Refusal refusal) {
+        System.arraycopy(layout.unsetValues(), 0, row, 0, layout.slots.length);
+        row[layout.slots.length] = refusal.reason;
+      } else {
+        System.arraycopy((Object[]) parsed, 0, row, 0, layout.slots.length);
       }
     } catch (InvalidProtocolBufferException e) {
-      row[slots.length] = "undecodable: " + e.getMessage();
+      System.arraycopy(layout.unsetValues(), 0, row, 0, layout.slots.length);
+      row[layout.slots.length] = "undecodable: " + e.getMessage();
     } catch (IOException e) {
-      row[slots.length] = "undecodable: " + e;
+      System.arraycopy(layout.unsetValues(), 0, row, 0, layout.slots.length);
+      row[layout.slots.length] = "undecodable: " + e;
     }
     return RowFactory.create(row);
   }
 
-  private static Object read(CodedInputStream in, FieldSlot slot) throws IOException {
-    switch (slot.protoType) {
-      case INT32: return in.readInt32();
-      case SINT32: return in.readSInt32();
-      case SFIXED32: return in.readSFixed32();
-      case UINT32: return Integer.toUnsignedLong(in.readUInt32());
-      case FIXED32: return Integer.toUnsignedLong(in.readFixed32());
-      case INT64: return in.readInt64();
-      case SINT64: return in.readSInt64();
-      case SFIXED64: return in.readSFixed64();
-      case UINT64: return unsignedLong(in.readUInt64(), slot);
-      case FIXED64: return unsignedLong(in.readFixed64(), slot);
-      case BOOL: return in.readBool();
-      case FLOAT: return in.readFloat();
-      case DOUBLE: return in.readDouble();
-      case STRING: return in.readStringRequireUtf8();
-      case BYTES: return in.readByteArray();
-      case ENUM: {
-        int number = in.readEnum();
-        String name = slot.enumNames.get(number);
-        return name != null
-            ? name
-            : new Refusal(slot.name + ": unknown value " + number + "; one of " + slot.enumKnown);
-      }
-      default: throw new IllegalStateException("unsupported type " + slot.protoType);
-    }
-  }
-
-  private static Object unsignedLong(long raw, FieldSlot slot) {
-    return raw >= 0
-        ? raw
-        : new Refusal(slot.name + " out of range: " + Long.toUnsignedString(raw));
-  }
-
   private void prepare() {
-    Descriptor message = findMessage(descriptorSet, messageName);
-    List<FieldDescriptor> fields = message.getFields();
-    slots = new FieldSlot[fields.size()];
-    slotsByNumber = new HashMap<>();
-    unsetRow = new Object[fields.size() + 1];
-    for (int i = 0; i < fields.size(); i++) {
-      FieldSlot slot = new FieldSlot(i, fields.get(i));
-      slots[i] = slot;
-      slotsByNumber.put(slot.number, slot);
-      unsetRow[i] = slot.unsetValue;
-    }
+    layout = new MessageLayout(findMessage(descriptorSet, messageName), new LinkedHashSet<>());
   }
 
   private static Descriptor findMessage(byte[] descriptorSet, String messageName) {
@@ -201,8 +141,154 @@ public final class ProtobufDecoder implements UDF1<byte[], Row> {
         "message " + messageName + " is not in the descriptor set; it holds " + known);
   }
 
-  /** Returned by {@link #read} instead of a value when the record must be refused. */
+  /** Returned instead of a value when the record must be refused. */
   private record Refusal(String reason) {}
+
+  /** The field table of one message type: parses its wire format into an Object[] of columns. */
+  private static final class MessageLayout {
+    final FieldSlot[] slots;
+    final Map<Integer, FieldSlot> slotsByNumber = new HashMap<>();
+    final StructType type;
+    private final Object[] unset;
+
+    MessageLayout(Descriptor message, Set<String> enclosing) {
+      if (!enclosing.add(message.getFullName())) {
+        throw new IllegalArgumentException(
+            "message " + message.getFullName() + " contains itself (" + String.join(" > ", enclosing)
+                + "); recursive messages cannot be a table's columns");
+      }
+      List<FieldDescriptor> fields = message.getFields();
+      slots = new FieldSlot[fields.size()];
+      unset = new Object[fields.size()];
+      List<StructField> columns = new ArrayList<>();
+      for (int i = 0; i < fields.size(); i++) {
+        FieldSlot slot = new FieldSlot(i, fields.get(i), enclosing);
+        slots[i] = slot;
+        slotsByNumber.put(slot.number, slot);
+        unset[i] = slot.unsetValue;
+        columns.add(DataTypes.createStructField(slot.name, slot.sparkType, true));
+      }
+      type = DataTypes.createStructType(columns);
+      enclosing.remove(message.getFullName());
+    }
+
+    /** A fresh copy of the columns of a message with no field sent. */
+    Object[] unsetValues() {
+      Object[] values = unset.clone();
+      for (FieldSlot slot : slots) {
+        if (slot.repeated) {
+          values[slot.index] = new ArrayList<>();
+        }
+      }
+      return values;
+    }
+
+    /** The columns of the message read from in (to its end or limit), or a Refusal. */
+    Object parse(CodedInputStream in, String path) throws IOException {
+      Object[] row = unsetValues();
+      for (int tag = in.readTag(); tag != 0; tag = in.readTag()) {
+        FieldSlot slot = slotsByNumber.get(WireFormat.getTagFieldNumber(tag));
+        if (slot == null) {
+          if (!in.skipField(tag)) {
+            break;
+          }
+          continue;
+        }
+        int wireType = WireFormat.getTagWireType(tag);
+        if (wireType > WireFormat.WIRETYPE_FIXED32) {
+          return new Refusal("undecodable: invalid wire type " + wireType);
+        }
+        Object parsed;
+        if (slot.repeated && slot.packable && wireType == WireFormat.WIRETYPE_LENGTH_DELIMITED) {
+          parsed = readPacked(in, slot, path, row);
+        } else if (wireType != slot.wireType) {
+          return new Refusal(path + slot.name + ": wire type " + wireType
+              + " does not match its declared type " + slot.protoType);
+        } else {
+          parsed = read(in, slot, path);
+          if (!(parsed instanceof Refusal) && slot.repeated) {
+            list(row, slot).add(parsed);
+            continue;
+          }
+        }
+        if (parsed instanceof Refusal) {
+          return parsed;
+        }
+        if (!slot.repeated) {
+          row[slot.index] = parsed;
+        }
+      }
+      return row;
+    }
+
+    @SuppressWarnings("unchecked")
+    private static List<Object> list(Object[] row, FieldSlot slot) {
+      return (List<Object>) row[slot.index];
+    }
+
+    /** Appends a packed run of values to the slot's list; returns null, or a Refusal. */
+    private static Object readPacked(CodedInputStream in, FieldSlot slot, String path, Object[] row)
+        throws IOException {
+      int limit = in.pushLimit(in.readRawVarint32());
+      try {
+        while (in.getBytesUntilLimit() > 0) {
+          Object value = read(in, slot, path);
+          if (value instanceof Refusal) {
+            return value;
+          }
+          list(row, slot).add(value);
+        }
+        return null;
+      } finally {
+        in.popLimit(limit);
+      }
+    }
+
+    private static Object read(CodedInputStream in, FieldSlot slot, String path)
+        throws IOException {
+      switch (slot.protoType) {
+        case INT32: return in.readInt32();
+        case SINT32: return in.readSInt32();
+        case SFIXED32: return in.readSFixed32();
+        case UINT32: return Integer.toUnsignedLong(in.readUInt32());
+        case FIXED32: return Integer.toUnsignedLong(in.readFixed32());
+        case INT64: return in.readInt64();
+        case SINT64: return in.readSInt64();
+        case SFIXED64: return in.readSFixed64();
+        case UINT64: return unsignedLong(in.readUInt64(), slot, path);
+        case FIXED64: return unsignedLong(in.readFixed64(), slot, path);
+        case BOOL: return in.readBool();
+        case FLOAT: return in.readFloat();
+        case DOUBLE: return in.readDouble();
+        case STRING: return in.readStringRequireUtf8();
+        case BYTES: return in.readByteArray();
+        case ENUM: {
+          int number = in.readEnum();
+          String name = slot.enumNames.get(number);
+          return name != null
+              ? name
+              : new Refusal(path + slot.name + ": unknown value " + number + "; one of "
+                  + slot.enumKnown);
+        }
+        case MESSAGE: {
+          int limit = in.pushLimit(in.readRawVarint32());
+          try {
+            Object nested = slot.message.parse(in, path + slot.name + ".");
+            return nested instanceof Object[] values ? RowFactory.create(values) : nested;
+          } finally {
+            in.popLimit(limit);
+          }
+        }
+        default: throw new IllegalStateException("unsupported type " + slot.protoType);
+      }
+    }
+
+    private static Object unsignedLong(long raw, FieldSlot slot, String path) {
+      return raw >= 0
+          ? raw
+          : new Refusal(path + slot.name + " out of range: " + Long.toUnsignedString(raw));
+    }
+  }
 
   private static final class FieldSlot {
     final int index;
@@ -210,22 +296,30 @@ public final class ProtobufDecoder implements UDF1<byte[], Row> {
     final String name;
     final FieldDescriptor.Type protoType;
     final int wireType;
+    final boolean repeated;
+    final boolean packable;
+    final MessageLayout message;
     final DataType sparkType;
     final Object unsetValue;
     final Map<Integer, String> enumNames = new HashMap<>();
     final List<String> enumKnown = new ArrayList<>();
 
-    FieldSlot(int index, FieldDescriptor field) {
-      if (field.isRepeated() || field.getJavaType() == FieldDescriptor.JavaType.MESSAGE) {
-        throw new IllegalArgumentException(
-            "field " + field.getName() + " is repeated or a message; not supported yet");
+    FieldSlot(int index, FieldDescriptor field, Set<String> enclosing) {
+      if (field.getType() == FieldDescriptor.Type.GROUP) {
+        throw new IllegalArgumentException("field " + field.getName() + " is a group; not supported");
       }
       this.index = index;
       this.number = field.getNumber();
       this.name = field.getName();
       this.protoType = field.getType();
       this.wireType = field.getLiteType().getWireType();
-      this.sparkType = sparkType(protoType);
+      this.repeated = field.isRepeated();
+      this.packable = field.isPackable();
+      this.message = protoType == FieldDescriptor.Type.MESSAGE
+          ? new MessageLayout(field.getMessageType(), enclosing)
+          : null;
+      DataType single = message != null ? message.type : sparkType(protoType);
+      this.sparkType = repeated ? DataTypes.createArrayType(single, true) : single;
       if (protoType == FieldDescriptor.Type.ENUM) {
         for (EnumValueDescriptor v : field.getEnumType().getValues()) {
           enumNames.putIfAbsent(v.getNumber(), v.getName());
@@ -234,7 +328,7 @@ public final class ProtobufDecoder implements UDF1<byte[], Row> {
           }
         }
       }
-      this.unsetValue = field.hasPresence() ? null : zeroValue();
+      this.unsetValue = repeated || field.hasPresence() ? null : zeroValue();
     }
 
     private Object zeroValue() {
