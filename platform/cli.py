@@ -162,6 +162,34 @@ def topics_create(flows: tuple[str, ...], replication_factor: int, kafka_timeout
         click.echo(f"{spec.topic}: {spec.topic_partitions} partitions (flow {spec.name})")
 
 
+@topics.command("add-partitions")
+@click.argument("flow", metavar="FLOW")
+@click.option(
+    "--to",
+    "total",
+    type=click.IntRange(min=1),
+    required=True,
+    help="The topic's partition count afterwards.",
+)
+@_kafka_timeout_option
+def topics_add_partitions(flow: str, total: int, kafka_timeout: float) -> None:
+    """Grow FLOW's topic to --to partitions while it streams.
+
+    The stream, backfills and lag reports pick the new partitions up from offset 0 without a
+    restart. Keys produced from now on may map to other partitions, so per-key order holds only
+    from here on. Raise the flow's topic_partitions afterwards, so that new environments create
+    the same count.
+    """
+    (spec,) = _get_flows([flow], "'FLOW'")
+    from tidelake.streaming.kafka_admin import add_partitions, check_reachable
+
+    conf = kafka_conf()
+    with _clean_errors():
+        check_reachable(conf, kafka_timeout)
+        before = add_partitions(conf, spec.topic, total, kafka_timeout)
+    click.echo(f"{spec.topic}: {before} -> {total} partitions (flow {spec.name})")
+
+
 @main.command()
 @click.argument("flow", metavar="FLOW")
 @click.option("--count", type=click.IntRange(min=1), help="Number of messages to send.")

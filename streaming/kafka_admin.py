@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
+from confluent_kafka.admin import AdminClient, ClusterMetadata, NewPartitions, NewTopic
 
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.settings import ConfigError
@@ -26,6 +26,7 @@ from tidelake.streaming.settings import ConfigError
 # librdkafka logs every failed connection attempt to stderr (about 20 lines a second against a
 # closed port). Route its logs into Python logging instead; silent unless the application
 # configures logging, as usual for a library.
+log = logging.getLogger(__name__)
 librdkafka_logger = logging.getLogger("tidelake.kafka.librdkafka")
 librdkafka_logger.addHandler(logging.NullHandler())
 
@@ -185,12 +186,46 @@ def _ensure_topics(
 
 
 def _check_count(conf: Mapping[str, Any], topic: str, existing: int | None, wanted: int) -> None:
-    if existing != wanted:
+    """A topic may have more partitions than declared (added while it streams: the declaration
+    is the count a new topic starts with), not fewer."""
+    if existing is None or existing < wanted:
         raise TopicConfigError(
             f"topic {topic!r} on {_bootstrap(conf)} has {existing} partitions, but {wanted} are "
-            "declared; partitions are not added automatically (it would move keys between "
-            "partitions): delete and recreate the topic, or declare its actual count"
+            "declared; partitions are not added implicitly (keys would move between "
+            f"partitions): add them with `tidelake topics add-partitions FLOW --to {wanted}`, "
+            "or declare the actual count"
         )
+    if existing > wanted:
+        log.info("topic %r has %s partitions (%s declared)", topic, existing, wanted)
+
+
+def add_partitions(conf: Mapping[str, Any], topic: str, total: int, timeout_s: float = 30.0) -> int:
+    """Grow topic to `total` partitions and wait until metadata shows them; returns the count it
+    had. Running streams, backfills and lag reports pick the new partitions up from offset 0."""
+    before = require_topic(conf, topic, timeout_s)
+    if total < before:
+        raise TopicConfigError(
+            f"topic {topic!r} has {before} partitions; Kafka cannot remove partitions, so "
+            f"{total} is not possible"
+        )
+    if total == before:
+        return before
+    admin = _admin_client(conf)
+    future = admin.create_partitions(
+        [NewPartitions(topic, total)], operation_timeout=timeout_s, request_timeout=timeout_s
+    )[topic]
+    try:
+        future.result(timeout=timeout_s + 1)
+    except KafkaException as exc:
+        raise KafkaAdminError(
+            f"could not grow topic {topic!r} to {total} partitions: {exc.args[0].str()}"
+        ) from None
+    deadline = time.monotonic() + timeout_s
+    while topic_partition_count(conf, topic, timeout_s) != total:
+        if time.monotonic() >= deadline:
+            raise KafkaAdminError(f"topic {topic!r} does not show {total} partitions yet")
+        time.sleep(0.05)
+    return before
 
 
 def _admin_client(conf: Mapping[str, Any]) -> AdminClient:

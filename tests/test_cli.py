@@ -129,3 +129,9 @@ def test_topics_create_then_produce(
     refused = CliRunner().invoke(main, ["topics", "create", "cli_test"])
     assert refused.exit_code == 1
     assert "has 3 partitions, but 5 are declared" in refused.output
+    assert "`tidelake topics add-partitions FLOW --to 5`" in refused.output
+
+    grown = CliRunner().invoke(main, ["topics", "add-partitions", "cli_test", "--to", "5"])
+    assert grown.exit_code == 0, grown.output
+    assert grown.output == f"{topic_name}: 3 -> 5 partitions (flow cli_test)\n"
+    assert CliRunner().invoke(main, ["topics", "create", "cli_test"]).exit_code == 0

@@ -26,13 +26,15 @@ from flows.page_view_changes_pb2 import (
     PageViewWithoutUrl,
     PageViewWithoutUser,
 )
+from kafka_topics import read_records
 from lake_readers import duckdb_query, read_delta
-from live_stream import run_available_now
+from live_stream import run_available_now, running_stream, wait_for_rows
 
 from tidelake.platform.produce import produce_demo_events
 from tidelake.streaming.backfill import BackfillError, backfill_dates
 from tidelake.streaming.flow_stream import FlowStream
-from tidelake.streaming.kafka_admin import ensure_topic
+from tidelake.streaming.kafka_admin import add_partitions, ensure_topic
+from tidelake.streaming.stream_status import committed_batch, kafka_ends, stream_lag
 from tidelake.streaming.table_evolution import (
     FIELD_METADATA_KEY,
     FieldContract,
@@ -240,3 +242,45 @@ def test_a_backfill_refuses_a_breaking_change_before_spark(kafka_conf, v1, engin
 
     with pytest.raises(BackfillError, match="'load_ms' changed type from double to string"):
         plan_backfill(changed, ["2026-11-01"], engine_settings, kafka_conf)
+
+
+def test_partitions_added_while_streaming_are_read_from_offset_zero_without_a_restart(
+    spark, kafka_conf, v1, engine_settings
+):
+    first = produce(v1, kafka_conf, 200, seed=6)
+    FlowStream(v1, engine_settings, kafka_conf).preflight()
+    with running_stream(spark, v1, engine_settings, kafka_conf) as stream:
+        assert wait_for_rows(stream.table_uri, 200) == 200
+        assert add_partitions(kafka_conf, v1.topic, 4) == 2
+        second = produce(v1, kafka_conf, 400, seed=7)
+        assert wait_for_rows(stream.table_uri, 600) == 600
+        checkpoint = stream.checkpoint
+
+    in_new = Counter(r.partition for r in read_records(kafka_conf, v1.topic) if r.partition >= 2)
+    assert in_new[2] > 0 and in_new[3] > 0  # the new partitions did get records
+    rows = read_delta(stream.table_uri)
+    keys = rows.column("view_id").to_pylist()
+    assert sorted(keys) == sorted(first.keys + second.keys)  # every record once
+    assert Counter(rows.column("kafka_partition").to_pylist())[2] == in_new[2]
+    assert (
+        min(
+            o
+            for p, o in zip(
+                rows.column("kafka_partition").to_pylist(),
+                rows.column("kafka_offset").to_pylist(),
+                strict=True,
+            )
+            if p == 3
+        )
+        == 0
+    )
+
+    done = committed_batch(checkpoint, v1.topic)
+    assert done is not None and set(done.offsets) == {0, 1, 2, 3}
+    lag = stream_lag(kafka_ends(kafka_conf, v1.topic), done.offsets)
+    assert lag.by_partition == {0: 0, 1: 0, 2: 0, 3: 0}
+
+    day = next(iter(second.by_date))
+    result = backfill_dates(spark, v1, [day], engine_settings, kafka_conf)
+    assert result.plan.start.keys() >= {(v1.topic, 2), (v1.topic, 3)}
+    assert result.rows_by_date[day] == sum(d.isoformat() == day for d in rows["date"].to_pylist())

@@ -14,6 +14,7 @@ from tidelake.streaming.kafka_admin import (
     KafkaUnreachableError,
     TopicConfigError,
     TopicMissingError,
+    add_partitions,
     check_reachable,
     ensure_flow_topics,
     ensure_topic,
@@ -49,13 +50,24 @@ def test_ensure_topic_is_idempotent(kafka_conf: dict[str, Any], topic_name: str)
     assert _partitions(kafka_conf, topic_name) == 2
 
 
-def test_ensure_topic_refuses_a_different_partition_count(
+def test_ensure_topic_refuses_fewer_partitions_than_declared(
     kafka_conf: dict[str, Any], topic_name: str
 ) -> None:
     ensure_topic(kafka_conf, topic_name, 3)
     with pytest.raises(TopicConfigError, match=rf"'{topic_name}'.* has 3 partitions, but 5"):
         ensure_topic(kafka_conf, topic_name, 5)
     assert _partitions(kafka_conf, topic_name) == 3
+
+
+def test_a_topic_grown_past_its_declaration_is_accepted(
+    kafka_conf: dict[str, Any], topic_name: str
+) -> None:
+    ensure_topic(kafka_conf, topic_name, 2)
+    assert add_partitions(kafka_conf, topic_name, 4) == 2
+    ensure_topic(kafka_conf, topic_name, 2)
+    assert _partitions(kafka_conf, topic_name) == 4
+    with pytest.raises(TopicConfigError, match="Kafka cannot remove partitions"):
+        add_partitions(kafka_conf, topic_name, 3)
 
 
 def test_looking_up_a_missing_topic_does_not_create_it(
