@@ -91,6 +91,11 @@ class FlowSpec:
     owners: tuple[str, ...] = ()
     expectations: ExpectationsFactory | None = field(default=None, compare=False, repr=False)
     """Great Expectations 1.x expectations every date partition of the table must meet."""
+    expectations_since: Mapping[date, ExpectationsFactory] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """Expectations that date partitions from the given date on must meet: for a field added
+    later, whose column is null on the days before it existed."""
     demo_event: DemoEventFactory | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import great_expectations.expectations as gxe
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+from flows import PAGE_VIEWS
+from flows.page_view_changes_pb2 import PageViewWithCountry
 
 from tidelake.assets.partition_expectations import validate_partition
 from tidelake.streaming.flow_contract import contract_expectations
 from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.table_evolution import evolve_table
 from tidelake.streaming.table_schema import table_schema
 
 DAY = "2026-11-20"
@@ -94,3 +99,68 @@ def test_a_missing_column_fails_the_column_set(tmp_path: Path) -> None:
     assert "expect_table_columns_to_match_set" in names
     region = [o for o in result.outcomes if o.column == "region"]
     assert region and all(not o.success and o.error for o in region)
+
+
+def test_the_suite_follows_the_schema_as_the_flow_changes(tmp_path: Path) -> None:
+    """Old days pass with a new column (null there), expectations for it start on their date,
+    and the column of a removed field does not fail anything."""
+    uri = str(tmp_path / "page_views")
+    evolve_table(PAGE_VIEWS, uri)
+    old_day, new_day = date(2026, 11, 20), date(2026, 11, 21)
+
+    def rows(day: date, n: int, **extra: Any) -> list[dict[str, Any]]:
+        start = datetime.combine(day, datetime.min.time(), UTC)
+        return [
+            {
+                "view_id": f"PV{day:%d}{i:04d}",
+                "user": "u",
+                "url": "https://example.test/",
+                "viewed_at_s": start + timedelta(seconds=i),
+                "device": "MOBILE",
+                "date": day,
+                "kafka_topic": "page-views",
+                "kafka_partition": 0,
+                "kafka_offset": i,
+                "kafka_timestamp": start + timedelta(seconds=i),
+                "ingest_time": start + timedelta(seconds=i),
+                **extra,
+            }
+            for i in range(n)
+        ]
+
+    v1_schema = table_schema(PAGE_VIEWS)
+    write_deltalake(uri, pa.Table.from_pylist(rows(old_day, 20), v1_schema), mode="append")
+    v2 = dataclasses.replace(
+        PAGE_VIEWS,
+        message=PageViewWithCountry,
+        expectations_since={new_day: lambda: [gxe.ExpectColumnValuesToNotBeNull(column="country")]},
+    )
+    not_evolved = validate_partition(uri, v2, old_day.isoformat())
+    assert [o.expectation for o in not_evolved.failures] == [
+        "expect_table_columns_to_match_set"  # the table lacks the flow's new columns
+    ]
+    evolve_table(v2, uri)
+    v2_schema = table_schema(v2)
+    with_country = rows(new_day, 20, country="DE")
+    write_deltalake(uri, pa.Table.from_pylist(with_country, v2_schema), mode="append")
+
+    old = validate_partition(uri, v2, old_day.isoformat())
+    assert old.success, old.failures
+    assert "expect_column_values_to_not_be_null" not in {
+        (o.expectation, o.column) for o in old.outcomes if o.column == "country"
+    }
+    new = validate_partition(uri, v2, new_day.isoformat())
+    assert new.success, new.failures
+    assert ("expect_column_values_to_not_be_null", "country") in {
+        (o.expectation, o.column) for o in new.outcomes
+    }
+
+    with_country[3]["country"] = None
+    write_deltalake(
+        uri,
+        pa.Table.from_pylist(with_country, v2_schema),
+        mode="overwrite",
+        predicate=f"date = '{new_day}'",
+    )
+    failed = validate_partition(uri, v2, new_day.isoformat())
+    assert [(o.column, o.unexpected_count) for o in failed.failures] == [("country", 1)]
