@@ -62,19 +62,27 @@ def _configure_logging() -> None:
     )
 
 
-def _flow_names() -> list[str]:
-    from tidelake.streaming.flows import FLOWS
+def _declared_flows() -> dict[str, Any]:
+    """tidelake's flows plus those of TIDELAKE_FLOW_MODULES."""
+    from tidelake.streaming.flows import declared_flows
+    from tidelake.streaming.settings import load_engine_settings
 
-    return sorted(FLOWS)
+    with _clean_errors():
+        return declared_flows(load_engine_settings().flow_modules)
+
+
+def _flow_names() -> list[str]:
+    return sorted(_declared_flows())
 
 
 def _get_flows(names: tuple[str, ...] | list[str], param: str) -> list[Any]:
-    from tidelake.streaming.flows import FLOWS, get_flow
+    from tidelake.streaming.flows import get_flow
 
+    flows = _declared_flows()
     if not names:
-        return list(FLOWS.values())
+        return list(flows.values())
     try:
-        return [get_flow(name) for name in names]
+        return [get_flow(name, flows) for name in names]
     except KeyError as exc:
         raise click.BadParameter(str(exc.args[0]), param_hint=param) from None
 
@@ -515,8 +523,8 @@ def dev(
     """
     _configure_logging()
     from tidelake.platform.dev_stack import DevOptions, DevStackError, run_dev
-    from tidelake.streaming.flows import FLOWS
 
+    flows = _get_flows([], "FLOW")
     with _clean_errors():
         try:
             options = DevOptions(
@@ -527,7 +535,7 @@ def dev(
                 incident_every_s=incident_every,
                 ingest_port=ingest_port,
             )
-            code = run_dev(list(FLOWS.values()), options)
+            code = run_dev(flows, options)
         except FileNotFoundError as exc:
             raise CliError(str(exc), exit_code=2) from None
         except DevStackError as exc:
@@ -546,13 +554,12 @@ def dev_check(url: str, timeout: float) -> None:
     """
     from tidelake.platform.dagster_web import DagsterWeb
     from tidelake.platform.dev_check import check_dev
-    from tidelake.streaming.flows import FLOWS
     from tidelake.streaming.settings import load_engine_settings
 
     with _clean_errors():
         settings = load_engine_settings()
     try:
-        check_dev(DagsterWeb(url), list(FLOWS.values()), settings, timeout, click.echo)
+        check_dev(DagsterWeb(url), _get_flows([], "FLOW"), settings, timeout, click.echo)
     except TimeoutError as exc:
         raise CliError(str(exc)) from None
     click.echo("tidelake dev: OK")

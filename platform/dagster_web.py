@@ -1,7 +1,7 @@
 """A small client of the Dagster webserver's GraphQL API, as an external tool would use it.
 
 `tidelake dev-check` and the end-to-end tests drive Dagster only through this: server info,
-sensors, runs, asset nodes, asset check results, run termination.
+sensors, runs, asset nodes, asset check results, run termination, code location reloads.
 """
 
 from __future__ import annotations
@@ -157,6 +157,28 @@ class DagsterWeb:
             {"id": backfill_id},
         )["partitionBackfillOrError"]
         return data.get("status", data["__typename"])
+
+    def reload_location(self) -> None:
+        """Reload the code location, as Deployment → Reload in the UI does: its code server is
+        started afresh and imports the definitions (and the flows) again."""
+        data = self.query(
+            """mutation($name: String!) {
+              reloadRepositoryLocation(repositoryLocationName: $name) {
+                __typename
+                ... on WorkspaceLocationEntry {
+                  locationOrLoadError { __typename ... on PythonError { message } }
+                }
+                ... on PythonError { message }
+                ... on ReloadNotSupported { message }
+                ... on RepositoryLocationNotFound { message }
+                ... on UnauthorizedError { message }
+              }
+            }""",
+            {"name": self.location},
+        )["reloadRepositoryLocation"]
+        loaded = data.get("locationOrLoadError") or {}
+        if data["__typename"] != "WorkspaceLocationEntry" or "message" in loaded:
+            raise DagsterWebError(f"cannot reload {self.location}: {data}")
 
     def terminate_run(self, run_id: str) -> str:
         data = self.query(

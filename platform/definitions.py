@@ -28,7 +28,7 @@ from tidelake.platform.stream_jobs import build_stream_job
 from tidelake.platform.stream_sensors import build_supervisor_sensor
 from tidelake.platform.supervisor import SupervisorPolicy
 from tidelake.streaming.flow_spec import FlowSpec
-from tidelake.streaming.flows import CALL_EVENTS, FLOWS
+from tidelake.streaming.flows import CALL_EVENTS, declared_flows
 from tidelake.streaming.settings import EngineSettings
 
 
@@ -75,7 +75,8 @@ def build_definitions(
 ) -> dg.Definitions:
     settings = settings or engine_settings()
     policy = policy or SupervisorPolicy()
-    flows = {name: settings.deployed(flow) for name, flow in (flows or FLOWS).items()}
+    declared = flows or declared_flows(settings.flow_modules)
+    flows = {name: settings.deployed(flow) for name, flow in declared.items()}
     per_flow = [flow_definitions(f, settings, policy) for f in flows.values()]
     if CALL_EVENTS.name in flows:
         per_flow.append(anomaly_definitions(flows[CALL_EVENTS.name], settings, policy))

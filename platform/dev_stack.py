@@ -100,6 +100,8 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
             env["DAGSTER_HOME"] = str(dagster_home(env))
             # a demo trickle needs no sub-second batches; fewer, larger files and commits
             env.setdefault("TIDELAKE_TRIGGER_INTERVAL", DEV_TRIGGER_INTERVAL)
+            # a flow added while the platform runs (reload the code location) gets its topic
+            env.setdefault("TIDELAKE_CREATE_TOPICS", "true")
             env["KAFKA_BOOTSTRAP_SERVERS"] = stack.enter_context(_kafka(env))
             conf = kafka_client_config(env)
             check_reachable(conf)

@@ -23,7 +23,7 @@ from tidelake.streaming.decode import decode_records
 from tidelake.streaming.dedup import drop_repeats_in_stream
 from tidelake.streaming.delta_write import MicroBatchWriter, ensure_flow_tables
 from tidelake.streaming.flow_spec import FlowSpec
-from tidelake.streaming.kafka_admin import require_topic
+from tidelake.streaming.kafka_admin import ensure_topic, require_topic
 from tidelake.streaming.kafka_read import (
     explain_data_loss,
     explain_unreachable,
@@ -68,14 +68,17 @@ class FlowStream:
 
     def preflight(self, *, restart_from_table: bool = False) -> None:
         """Fail fast, before Spark starts: a lake or checkpoint folder that cannot be written, a
-        missing broker or topic, a checkpoint that does not match the table, a table whose data
-        files are gone (stream_guard), a message change the table cannot follow; then bring the
-        table to the flow's message (table_evolution).
+        missing broker or topic (created instead with TIDELAKE_CREATE_TOPICS), a checkpoint that
+        does not match the table, a table whose data files are gone (stream_guard), a message
+        change the table cannot follow; then bring the table to the flow's message
+        (table_evolution).
 
         restart_from_table retires the checkpoint and starts a new one where the table's last
         batch ended: the documented way forward after a table was restored from a copy.
         """
         self.settings.require_usable_folders()
+        if self.settings.create_topics:
+            ensure_topic(self.kafka_conf, self.flow.topic, self.flow.topic_partitions)
         require_topic(self.kafka_conf, self.flow.topic)
         recover_upgrade(self.checkpoint)
         check_checkpoint_readable(self.flow.name, self.flow.topic, self.checkpoint)

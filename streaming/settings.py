@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from tidelake.streaming.flow_spec import FlowSpec
 
@@ -87,6 +88,27 @@ class EngineSettings(BaseSettings):
             "deployment's data starts; unset: each flow's declared first_date"
         ),
     )
+    flow_modules: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description=(
+            "comma-separated Python modules whose FLOWS (a list of FlowSpec) are declared "
+            "besides tidelake's own: a deployment's flows in its own package"
+        ),
+    )
+    create_topics: bool = Field(
+        default=False,
+        description=(
+            "create a flow's missing topic (with its declared partitions) when its stream "
+            "starts; `tidelake dev` turns it on, so a flow added to a running platform streams"
+        ),
+    )
+
+    @field_validator("flow_modules", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [name.strip() for name in value.split(",") if name.strip()]
+        return value
 
     @field_validator("trigger_interval")
     @classmethod

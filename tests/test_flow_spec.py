@@ -248,3 +248,30 @@ def test_get_flow_error_lists_the_declared_flows():
     message = e.value.args[0]
     assert "unknown flow 'page_views_typo'" in message
     assert "declared flows: call_events" in message
+
+
+def test_flow_modules_add_a_deployments_own_flows(tmp_path, monkeypatch):
+    from tidelake.streaming.flows import declared_flows
+    from tidelake.streaming.settings import ConfigError, EngineSettings
+
+    (tmp_path / "team_flows.py").write_text(
+        "import dataclasses\nfrom flows import PAGE_VIEWS\n"
+        "FLOWS = [dataclasses.replace(PAGE_VIEWS, name='team_views')]\n"
+    )
+    (tmp_path / "no_flows.py").write_text("x = 1\n")
+    (tmp_path / "same_name.py").write_text(
+        "from tidelake.streaming.flows import CALL_EVENTS\nFLOWS = [CALL_EVENTS]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("TIDELAKE_FLOW_MODULES", " team_flows , ")
+    modules = EngineSettings().flow_modules
+    assert modules == ["team_flows"]
+    assert set(declared_flows(modules)) == {"call_events", "team_views"}
+    assert declared_flows() == FLOWS
+    for module, problem in [
+        ("missing_module", "cannot import missing_module"),
+        ("no_flows", "no_flows must define FLOWS, a list of FlowSpec"),
+        ("same_name", "declares flow 'call_events', which is already declared"),
+    ]:
+        with pytest.raises(ConfigError, match=f"TIDELAKE_FLOW_MODULES: .*{problem}"):
+            declared_flows([module])

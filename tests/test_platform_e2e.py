@@ -5,13 +5,14 @@ drive Dagster only through its GraphQL API and read the Delta tables with delta-
 Order matters (one stack per module): up -> exactly once -> a backfill in the browser with no
 failed run so far -> SIGKILL of the run -> terminate from
 the UI -> a second run queues -> partitions closed -> quality checks -> automatic compaction ->
-backfill through GraphQL and the CLI -> events through the ingest service -> Ctrl-C leaves no
-process behind.
+backfill through GraphQL and the CLI -> events through the ingest service -> a flow added and
+the code location reloaded -> Ctrl-C leaves no process behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -31,6 +32,7 @@ import grpc
 import psutil
 import pytest
 from dagster_ui import browser_ui
+from flows import PAGE_VIEWS
 from lake_readers import duckdb_query, read_delta
 
 from tidelake.assets.quality_checks import EXPECTATIONS, QUARANTINE_SHARE, VOLUME
@@ -41,7 +43,7 @@ from tidelake.platform.stream_jobs import stream_job_name
 from tidelake.protos import service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent, CallSid
 from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.kafka_admin import delete_topic, ensure_topic
+from tidelake.streaming.kafka_admin import delete_topic, ensure_topic, topic_partition_count
 from tidelake.streaming.settings import EngineSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -60,6 +62,8 @@ class Stack:
     log: Path
     kafka_conf: dict[str, Any]
     ingest_port: int
+    flow_module: Path
+    """A module named by TIDELAKE_FLOW_MODULES, empty until a test declares a flow in it."""
     reports: list[ProduceReport] = field(default_factory=list)
 
     def produce(self, **kwargs: Any) -> ProduceReport:
@@ -129,6 +133,10 @@ def stack(kafka_conf: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
     )
     settings = EngineSettings(lake=root / "lake", checkpoints=root / "checkpoints")
     port, ingest_port = _free_port(), _free_port()
+    flow_module = root / "flow_modules" / "tidelake_e2e_flows.py"
+    flow_module.parent.mkdir()
+    flow_module.write_text("FLOWS = []\n")
+    python_path = [str(flow_module.parent), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]
     env = {
         **os.environ,
         "DAGSTER_HOME": str(root / "dagster_home"),
@@ -137,6 +145,8 @@ def stack(kafka_conf: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
         "TIDELAKE_CHECKPOINTS": str(settings.checkpoints),
         "TIDELAKE_TRIGGER_INTERVAL": "1 second",
         "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+        "TIDELAKE_FLOW_MODULES": flow_module.stem,
+        "PYTHONPATH": os.pathsep.join(p for p in python_path if p),
     }
     log = root / "dev.log"
     with log.open("wb") as out:
@@ -160,7 +170,7 @@ def stack(kafka_conf: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
             start_new_session=True,
         )
     web = DagsterWeb(f"http://127.0.0.1:{port}")
-    stack = Stack(process, web, settings, log, kafka_conf, ingest_port, [history])
+    stack = Stack(process, web, settings, log, kafka_conf, ingest_port, flow_module, [history])
     try:
         yield stack
     finally:
@@ -175,6 +185,7 @@ def stack(kafka_conf: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
                 with contextlib.suppress(psutil.Error):
                     child.kill()
         delete_topic(kafka_conf, CALL_EVENTS.topic)
+        delete_topic(kafka_conf, "e2e-page-views")
 
 
 def test_dev_stack_comes_up_with_a_supervised_stream(stack: Stack) -> None:
@@ -489,6 +500,46 @@ def test_events_sent_to_the_ingest_service_land_in_the_table(stack: Stack) -> No
         assert calls.getCallInfo(CallSid(call_sid=sent[3].call_sid), timeout=15) == sent[3]
     finally:
         channel.close()
+
+
+ADDED_FLOW = """
+import dataclasses
+
+from flows import PAGE_VIEWS
+
+FLOWS = [dataclasses.replace(PAGE_VIEWS, name="e2e_page_views", topic="e2e-page-views")]
+"""
+
+
+def test_a_flow_added_to_the_running_platform_streams_after_a_reload(stack: Stack) -> None:
+    """A flow declared in a TIDELAKE_FLOW_MODULES module while the platform runs: after a
+    reload of the code location its assets, stream job and supervisor appear, its supervisor
+    starts the stream (which creates the topic), and its events land."""
+    flow = dataclasses.replace(PAGE_VIEWS, name="e2e_page_views", topic="e2e-page-views")
+    assert stream_job_name(flow) not in {r["jobName"] for r in stack.web.runs(None)}
+    stack.flow_module.write_text(ADDED_FLOW)
+    stack.web.reload_location()
+
+    wait_for(
+        lambda: topic_partition_count(stack.kafka_conf, flow.topic),
+        180,
+        f"topic {flow.topic} created by the new flow's stream",
+        interval_s=1,
+    )
+    report = produce_demo_events(
+        flow, stack.kafka_conf, count=120, malformed_share=0, late_share=0, progress=False
+    )
+    said: list[str] = []
+    check_dev(stack.web, [flow], stack.settings, 180, said.append)
+    assert said[-1].startswith(f"table {flow.table}: ")
+    uri = str(stack.settings.table_path(flow.table))
+    wait_for(
+        lambda: True if read_delta(uri).num_rows == report.good else None,
+        120,
+        f"{report.good} rows in {uri}",
+        interval_s=1,
+    )
+    assert JOB in {r["jobName"] for r in stack.web.runs(JOB, ["STARTED"])}  # the first goes on
 
 
 def test_ctrl_c_stops_everything_it_started(stack: Stack) -> None:

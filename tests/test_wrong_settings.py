@@ -73,6 +73,13 @@ CASES: list[tuple[str, list[str], dict[str, str], str]] = [
         "datetime, month value is outside expected range of 1-12",
     ),
     (
+        "flow module that does not exist",
+        STREAM,
+        {"TIDELAKE_FLOW_MODULES": "team_flows_typo"},
+        "Error: TIDELAKE_FLOW_MODULES: cannot import team_flows_typo: No module named "
+        "'team_flows_typo'",
+    ),
+    (
         "lake folder that is a regular file",
         STREAM,
         {"TIDELAKE_LAKE": "{tmp}/a-file", "KAFKA_BOOTSTRAP_SERVERS": "{broker}"},
