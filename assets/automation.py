@@ -19,6 +19,15 @@ def on_new_partitions() -> dg.AutomationCondition:
     return AC.eager().replace("in_latest_time_window", AC.in_latest_time_window(LOOKBACK))
 
 
+def check_on_new_partitions() -> dg.AutomationCondition:
+    """on_new_partitions for a partitioned asset check. Dagster 1.13 counts a check as updated
+    on every date when any one date is evaluated, which would reset eager's "since last
+    handled" for the others: a date whose table was updated while another date's check ran was
+    never checked. Here only a request of that date resets it."""
+    handled = (AC.newly_requested() | AC.initial_evaluation()).with_label("requested")
+    return on_new_partitions().replace("handled", handled)
+
+
 def after_blocking_checks() -> dg.AutomationCondition:
     """on_new_partitions, but only on dates whose upstream blocking checks passed; a date whose
     checks pass later (after a fix) is requested then."""

@@ -20,7 +20,7 @@ from typing import Any
 
 import dagster as dg
 
-from tidelake.assets.automation import on_new_partitions
+from tidelake.assets.automation import check_on_new_partitions
 from tidelake.assets.flow_keys import daily_partitions, table_key
 from tidelake.assets.partition_expectations import PartitionValidation, validate_partition
 from tidelake.streaming.flow_spec import FlowSpec
@@ -96,7 +96,8 @@ def _partition_check(
     blocking: bool,
     description: str,
 ) -> dg.AssetChecksDefinition:
-    """A per-date check that runs by itself on new dates (on_new_partitions) and on demand."""
+    """A per-date check that runs by itself on new dates (check_on_new_partitions) and on
+    demand."""
     check = dg.AssetCheckKey(asset, name)
 
     @dg.asset_check(
@@ -104,7 +105,7 @@ def _partition_check(
         name=name,
         partitions_def=partitions,
         blocking=blocking,
-        automation_condition=on_new_partitions(),
+        automation_condition=check_on_new_partitions(),
         description=description,
     )
     def partition_check(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
