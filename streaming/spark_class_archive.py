@@ -22,6 +22,8 @@ from typing import Any
 
 import pyspark
 
+from tidelake.streaming.jvm_jars import SPARK_FOLDER, jars_home
+
 
 def archive_path() -> Path:
     """Where the archive for this JDK and this pyspark install lives."""
@@ -30,10 +32,16 @@ def archive_path() -> Path:
 
 
 def _install_key() -> str:
+    """The JDK, pyspark and the jar cache: the JVM silently ignores an archive made with other
+    jars (a rebuilt jar of tidelake's own JVM code included), so a new one gets a new key."""
     java = shutil.which("java", path=_java_path()) or "java"
     jars = Path(pyspark.__file__).parent / "jars"
     facts = [pyspark.__version__, os.path.realpath(java), str(jars)]
     facts += [str(os.stat(os.path.realpath(java)).st_mtime_ns)] if os.path.exists(java) else []
+    cache = jars_home() / SPARK_FOLDER
+    for jar in sorted(cache.glob("*.jar")) if cache.is_dir() else []:
+        stat = jar.stat()
+        facts.append(f"{jar.name}:{stat.st_size}:{stat.st_mtime_ns}")
     return hashlib.sha256("\0".join(facts).encode()).hexdigest()[:16]
 
 
