@@ -102,6 +102,8 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
             env.setdefault("TIDELAKE_TRIGGER_INTERVAL", DEV_TRIGGER_INTERVAL)
             # a flow added while the platform runs (reload the code location) gets its topic
             env.setdefault("TIDELAKE_CREATE_TOPICS", "true")
+            if sys.prefix != sys.base_prefix:  # `make dev` runs .venv/bin/tidelake unactivated;
+                env.setdefault("VIRTUAL_ENV", sys.prefix)  # dg warns unless it is the active one
             env["KAFKA_BOOTSTRAP_SERVERS"] = stack.enter_context(_kafka(env))
             conf = kafka_client_config(env)
             check_reachable(conf)

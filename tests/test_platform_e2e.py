@@ -196,6 +196,7 @@ def test_dev_stack_comes_up_with_a_supervised_stream(stack: Stack) -> None:
         pytest.fail(f"platform did not come up: {lines}\n{stack.tail()}")
     assert any("RUNNING" in line for line in lines)
     assert any("STARTED" in line for line in lines)
+    assert "does not match the virtual environment" not in stack.log.read_text()  # dg's warning
 
 
 def test_partitions_start_at_the_oldest_day_in_kafka(stack: Stack) -> None:
