@@ -70,14 +70,20 @@ def _table_key(
     return (table_uri, schema, tuple(partition_by))
 
 
+def create_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str]) -> DeltaTable:
+    """An empty table (its folder too); a concurrent creator's table is kept as it is."""
+    fs, root = table_filesystem(table_uri)
+    fs.create_dir(root, recursive=True)
+    DeltaTable.create(table_uri, schema, mode="ignore", partition_by=list(partition_by) or None)
+    return DeltaTable(table_uri)
+
+
 def ensure_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str]) -> DeltaTable:
     """Open the table, creating it empty if missing; refuse a schema or layout mismatch."""
     try:
         table = DeltaTable(table_uri)
     except TableNotFoundError:
-        table_filesystem(table_uri)[0].create_dir(table_filesystem(table_uri)[1], recursive=True)
-        DeltaTable.create(table_uri, schema, mode="ignore", partition_by=list(partition_by) or None)
-        table = DeltaTable(table_uri)
+        table = create_table(table_uri, schema, partition_by)
     existing = table.metadata().partition_columns
     if list(existing) != list(partition_by):
         raise DeltaCommitError(

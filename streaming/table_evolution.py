@@ -31,8 +31,7 @@ from deltalake.exceptions import TableNotFoundError
 from deltalake.schema import Field as DeltaField
 from google.protobuf.descriptor import FieldDescriptor
 
-from tidelake.streaming.delta_commit import same_column_type
-from tidelake.streaming.delta_files import table_filesystem
+from tidelake.streaming.delta_commit import create_table, same_column_type
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.table_schema import table_schema
 
@@ -116,9 +115,7 @@ def evolve_table(flow: FlowSpec, table_uri: str) -> TableEvolution:
     try:
         table = DeltaTable(table_uri)
     except TableNotFoundError:
-        fs, root = table_filesystem(table_uri)
-        fs.create_dir(root, recursive=True)
-        DeltaTable.create(table_uri, want, mode="ignore", partition_by=[flow.partition_column])
+        create_table(table_uri, want, [flow.partition_column])
         return TableEvolution(created=True)
     have = {f.name: f for f in pa.schema(table.schema().to_arrow())}
     stored = {
@@ -127,7 +124,7 @@ def evolve_table(flow: FlowSpec, table_uri: str) -> TableEvolution:
         if FIELD_METADATA_KEY in f.metadata
     }
     contracts = field_contracts(flow)
-    problems = _breaking_changes(flow, table_uri, have, stored, contracts)
+    problems = _breaking_changes(flow, want, have, stored, contracts)
     if problems:
         raise SchemaChangeError(
             f"flow {flow.name}: {flow.message.DESCRIPTOR.full_name} cannot be written to "
@@ -167,7 +164,7 @@ def evolve_table(flow: FlowSpec, table_uri: str) -> TableEvolution:
 
 def _breaking_changes(
     flow: FlowSpec,
-    table_uri: str,
+    want: pa.Schema,
     have: dict[str, pa.Field],
     stored: dict[str, FieldContract],
     contracts: dict[str, FieldContract],
@@ -201,11 +198,11 @@ def _breaking_changes(
                 f"from producers still sending {owner!r} would fill {name!r}. Give {name!r} an "
                 f"unused number such as {free} and mark {now.number} as `reserved {now.number};`."
             )
-        elif name in have and not _follows(have[name].type, before, now, flow, name):
+        elif name in have and not _follows(have[name].type, want.field(name).type, before, now):
             if before is not None and before.type != now.type:
                 was, becomes = before.type, now.type
             else:
-                was, becomes = str(have[name].type), str(table_schema(flow).field(name).type)
+                was, becomes = str(have[name].type), str(want.field(name).type)
             problems.append(
                 f"Field {name!r} changed type from {was} to {becomes}: the rows already "
                 f"written cannot be read as {becomes}. Keep {name!r} as {was} and add the "
@@ -222,14 +219,10 @@ def _breaking_changes(
 
 
 def _follows(
-    column: pa.DataType,
-    before: FieldContract | None,
-    now: FieldContract,
-    flow: FlowSpec,
-    name: str,
+    column: pa.DataType, want: pa.DataType, before: FieldContract | None, now: FieldContract
 ) -> bool:
-    """Whether a column of this type, made from field `before`, can hold field `now`."""
-    want = table_schema(flow).field(name).type
+    """Whether a column of type `column`, made from field `before`, can hold field `now`
+    (whose column type is `want`)."""
     if before is not None and before.type != now.type:
         return (before.type, now.type) in _WIDENINGS
     return same_column_type(column, want) or (column, want) == (pa.int32(), pa.int64())
