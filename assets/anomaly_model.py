@@ -23,7 +23,7 @@ from tidelake.assets.quality_checks import EXPECTATIONS
 from tidelake.streaming.anomaly_store import MODEL_TABLE, VERSIONS_TABLE
 from tidelake.streaming.anomaly_training import TrainingError, baseline_plot, train_model
 from tidelake.streaming.flow_spec import FlowSpec
-from tidelake.streaming.session import prepare_environment, prepare_session
+from tidelake.streaming.session import host_session
 from tidelake.streaming.settings import EngineSettings
 
 MODEL_KEY = dg.AssetKey(["models", "call_anomaly_model"])
@@ -63,10 +63,11 @@ def build_anomaly_model_asset(flow: FlowSpec, settings: EngineSettings) -> dg.As
         excluded = failed_days(context.instance, flow)
         if excluded:
             context.log.info(f"left out of training (failed expectations): {sorted(excluded)}")
-        prepare_environment(settings.spark_master)
-        spark = prepare_session(context.resources.spark.spark_session)
         try:
-            trained = train_model(spark, flow, settings, day, config.training_days, excluded)
+            with host_session(
+                lambda: context.resources.spark.spark_session, settings.spark_master
+            ) as spark:
+                trained = train_model(spark, flow, settings, day, config.training_days, excluded)
         except TrainingError as exc:
             context.log.warning(f"no model for {day}: {exc}")
             yield dg.AssetObservation(

@@ -16,7 +16,7 @@ from tidelake.streaming.backfill import (
     plan_backfill,
 )
 from tidelake.streaming.flow_spec import FlowSpec
-from tidelake.streaming.session import prepare_environment, prepare_session
+from tidelake.streaming.session import host_session
 from tidelake.streaming.settings import EngineSettings
 
 
@@ -43,9 +43,10 @@ def build_table_asset(
         kafka_conf = context.resources.kafka.client_config()
         try:
             plan_backfill(flow, dates, settings, kafka_conf)  # refusals before Spark starts
-            prepare_environment(settings.spark_master)
-            spark = prepare_session(context.resources.spark.spark_session)
-            result = backfill_dates(spark, flow, dates, settings, kafka_conf)
+            with host_session(
+                lambda: context.resources.spark.spark_session, settings.spark_master
+            ) as spark:
+                result = backfill_dates(spark, flow, dates, settings, kafka_conf)
         except BackfillError as exc:
             raise dg.Failure(description=str(exc)) from None
         plan = result.plan

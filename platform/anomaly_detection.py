@@ -30,7 +30,7 @@ from tidelake.streaming.anomaly_detector import (
 )
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.kafka_admin import KafkaAdminError
-from tidelake.streaming.session import prepare_environment, prepare_session
+from tidelake.streaming.session import host_session
 from tidelake.streaming.settings import ConfigError, EngineSettings
 
 ANOMALIES_KEY = dg.AssetKey(["lake", ANOMALIES_TABLE])
@@ -82,8 +82,6 @@ def build_detector_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefini
             f"stream worker pid {os.getpid()}: {flow.topic} -> {detector.table_uri} and "
             f"{detector.alerts_topic}, starting at the latest offsets"
         )
-        prepare_environment(settings.spark_master)
-        session = prepare_session(spark.spark_session)
 
         def report(query: Any, progress: Any) -> None:
             model = detector.last_model_version
@@ -92,7 +90,8 @@ def build_detector_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefini
                 f"{model if model is not None else 'none yet (materialize the model asset)'}"
             )
 
-        run_until_stopped(context, lambda: detector.start(session), 30.0, report)
+        with host_session(lambda: spark.spark_session, settings.spark_master) as session:
+            run_until_stopped(context, lambda: detector.start(session), 30.0, report)
 
     @dg.job(
         name=DETECTOR_NAME,

@@ -23,7 +23,7 @@ from tidelake.streaming.flow_stream import FlowStream, ProgressHandler, await_qu
 from tidelake.streaming.kafka_admin import KafkaAdminError
 from tidelake.streaming.kafka_offsets import KafkaSourceError, from_json_offsets
 from tidelake.streaming.runner import graceful_stop_signals
-from tidelake.streaming.session import prepare_environment, prepare_session
+from tidelake.streaming.session import host_session
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.stream_guard import StreamGuardError
 from tidelake.streaming.stream_status import kafka_ends, stream_lag
@@ -87,16 +87,15 @@ def build_stream_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefiniti
             f"stream worker pid {os.getpid()}: {flow.topic} -> {stream.table_uri} "
             f"(checkpoint {stream.checkpoint})"
         )
-        prepare_environment(run_settings.spark_master)
-        session = prepare_session(spark.spark_session)
         reporter = ProgressReporter(context, flow, conf)
-        run_until_stopped(
-            context,
-            lambda: stream.start(session),
-            config.progress_interval_s,
-            reporter,
-            stream.explain_failure,
-        )
+        with host_session(lambda: spark.spark_session, run_settings.spark_master) as session:
+            run_until_stopped(
+                context,
+                lambda: stream.start(session),
+                config.progress_interval_s,
+                reporter,
+                stream.explain_failure,
+            )
 
     @dg.job(
         name=stream_job_name(flow),

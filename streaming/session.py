@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
 from tidelake.streaming import spark_class_archive as class_archive
+from tidelake.streaming.jvm_interrupts import host_interrupts
 from tidelake.streaming.jvm_jars import spark_jars
 
 DEFAULT_SPARK_CONF: dict[str, str] = {
@@ -127,6 +129,15 @@ def prepare_session(spark: SparkSession) -> SparkSession:
         for name in QUIET_JVM_LOGGERS:
             log4j.core.config.Configurator.setLevel(name, log4j.Level.ERROR)
     return spark
+
+
+@contextmanager
+def host_session(create: Callable[[], SparkSession], master: str) -> Iterator[SparkSession]:
+    """A session built by a host (a Dagster resource), prepared, with the host in charge of
+    SIGINT inside the block (see jvm_interrupts)."""
+    prepare_environment(master)
+    with host_interrupts(create) as session:
+        yield prepare_session(session)
 
 
 def keep_secrets_out_of_py4j_logs() -> None:
