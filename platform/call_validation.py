@@ -5,6 +5,7 @@ Each problem names its field, for a google.rpc.BadRequest the client can act on.
 """
 
 from datetime import UTC, datetime, timedelta
+from functools import cache
 
 from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming.flow_contract import FieldViolation, violations
@@ -34,7 +35,7 @@ def call_sid_problems(call_sid: str) -> list[FieldViolation]:
 def _event_time_problems(event_time_ms: int, now_ms: int, flow: FlowSpec) -> list[FieldViolation]:
     if not event_time_ms:
         return [FieldViolation("event_time", "is required (epoch milliseconds, UTC)")]
-    skew_ms = flow.max_clock_skew // timedelta(milliseconds=1)
+    skew_ms, lateness_ms = _clock_rules_ms(flow)
     if event_time_ms > now_ms + skew_ms:
         return [
             FieldViolation(
@@ -43,9 +44,7 @@ def _event_time_problems(event_time_ms: int, now_ms: int, flow: FlowSpec) -> lis
                 f"service's clock ({_iso(now_ms)}); is it in seconds instead of milliseconds?",
             )
         ]
-    closes_ms = (event_time_ms // _DAY_MS + 1) * _DAY_MS + flow.allowed_lateness // timedelta(
-        milliseconds=1
-    )
+    closes_ms = (event_time_ms // _DAY_MS + 1) * _DAY_MS + lateness_ms
     if now_ms > closes_ms:
         day = _iso(event_time_ms)[:10]
         return [
@@ -56,6 +55,13 @@ def _event_time_problems(event_time_ms: int, now_ms: int, flow: FlowSpec) -> lis
             )
         ]
     return []
+
+
+@cache
+def _clock_rules_ms(flow: FlowSpec) -> tuple[int, int]:
+    """The flow's clock skew and allowed lateness in milliseconds (worked out once a flow)."""
+    one_ms = timedelta(milliseconds=1)
+    return flow.max_clock_skew // one_ms, flow.allowed_lateness // one_ms
 
 
 def _iso(ms: int) -> str:

@@ -435,36 +435,91 @@ def stream(
     metavar="SECONDS",
     help="Longest an RPC waits for Kafka's acknowledgement before answering UNAVAILABLE.",
 )
-@click.option("--workers", type=click.IntRange(min=1), default=32, show_default=True)
-def serve(host: str, port: int, ack_timeout: float, workers: int) -> None:
+@click.option(
+    "--tls-cert",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="TIDELAKE_INGEST_TLS_CERT",
+    help="PEM certificate chain to serve TLS with [env TIDELAKE_INGEST_TLS_CERT].",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="TIDELAKE_INGEST_TLS_KEY",
+    help="Its PEM private key [env TIDELAKE_INGEST_TLS_KEY].",
+)
+@click.option(
+    "--client-ca",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="TIDELAKE_INGEST_CLIENT_CA",
+    help="PEM CA bundle: clients must present a certificate it signed (mutual TLS) "
+    "[env TIDELAKE_INGEST_CLIENT_CA].",
+)
+@click.option(
+    "--allow-plaintext",
+    is_flag=True,
+    help="Serve without TLS on an address other than loopback (refused otherwise).",
+)
+def serve(
+    host: str,
+    port: int,
+    ack_timeout: float,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    client_ca: Path | None,
+    allow_plaintext: bool,
+) -> None:
     """Run the gRPC ingest service for call_events until SIGTERM/Ctrl-C.
 
     CallEventService (trackCall, trackCalls, getCallInfo), grpc.health.v1 and reflection. An
     RPC answers OK only once Kafka acknowledged the event. On SIGTERM/Ctrl-C it stops taking
-    calls, finishes those in flight and flushes the producer.
+    calls, finishes those in flight and flushes the producer. With TIDELAKE_INGEST_TOKEN set,
+    every CallEventService call must carry `authorization: Bearer <token>` (kept out of the
+    command line, where other users of the machine could read it).
     """
     _configure_logging()
-    from tidelake.platform.ingest_service import IngestSettings, start_ingest_server
+    import logging
+
+    from tidelake.platform.ingest_listen import ListenError, ServiceSecurity
+    from tidelake.platform.ingest_service import (
+        IngestSettings,
+        check_can_serve,
+        start_ingest_server,
+    )
     from tidelake.streaming.flows import CALL_EVENTS
-    from tidelake.streaming.kafka_admin import KafkaUnreachableError, ensure_topic
+    from tidelake.streaming.kafka_admin import KafkaUnreachableError, check_reachable, ensure_topic
     from tidelake.streaming.runner import graceful_stop_signals
     from tidelake.streaming.settings import load_engine_settings
 
+    security = ServiceSecurity(
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        client_ca=client_ca,
+        token=os.environ.get("TIDELAKE_INGEST_TOKEN"),
+        allow_plaintext=allow_plaintext,
+    )
+    ingest = IngestSettings(host=host, port=port, ack_timeout_s=ack_timeout, security=security)
+    try:
+        check_can_serve(ingest)  # before Kafka: a taken port fails at once
+    except ListenError as exc:
+        raise CliError(str(exc), exit_code=2) from None
     conf = kafka_conf()
+    unreachable = None
     with _clean_errors():
         settings = load_engine_settings()
         try:
+            check_reachable(conf, timeout_s=5.0)
             ensure_topic(conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
-        except KafkaUnreachableError as exc:
-            click.echo(f"warning: {exc}; serving anyway, health NOT_SERVING", err=True)
-    ingest = IngestSettings(host=host, port=port, ack_timeout_s=ack_timeout, workers=workers)
+        except KafkaUnreachableError as exc:  # the service logs it and serves NOT_SERVING
+            unreachable = str(exc)
     uri = str(settings.table_path(CALL_EVENTS.table))
-    with graceful_stop_signals() as stop:
+    service_log = logging.getLogger("tidelake.ingest")
+    with graceful_stop_signals(
+        service_log, "stopping: calls in flight finish, Kafka is flushed"
+    ) as stop:
         try:
-            server = start_ingest_server(conf, uri, ingest)
-        except OSError as exc:
+            server = start_ingest_server(conf, uri, ingest, kafka_unreachable=unreachable)
+        except ListenError as exc:
             raise CliError(str(exc), exit_code=2) from None
-        click.echo(f"ingest service listening on {host}:{server.port}", err=True)
         stop.wait()
         left = server.stop()
     if left:

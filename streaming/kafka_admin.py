@@ -12,6 +12,7 @@ All helpers take a librdkafka config dict, as returned by `settings.kafka_client
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import time
 from collections.abc import Iterable, Mapping
@@ -29,6 +30,28 @@ from tidelake.streaming.settings import ConfigError
 log = logging.getLogger(__name__)
 librdkafka_logger = logging.getLogger("tidelake.kafka.librdkafka")
 librdkafka_logger.addHandler(logging.NullHandler())
+
+
+class OncePerMinute(logging.Filter):
+    """Lets a message through once a minute: librdkafka repeats a failed handshake twice a
+    second for as long as it lasts. Messages that differ only in numbers (ports, timings,
+    client ids) count as the same."""
+
+    def __init__(self, window_s: float = 60.0):
+        super().__init__()
+        self._window_s = window_s
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        shape = re.sub(r"\d+", "#", record.getMessage())
+        now = time.monotonic()
+        if now - self._last.get(shape, -self._window_s) < self._window_s:
+            return False
+        self._last[shape] = now
+        return True
+
+
+librdkafka_logger.addFilter(OncePerMinute())
 
 BROKER_DEFAULT_REPLICATION = -1
 """Replication factor meaning "the broker's default.replication.factor" (Kafka 2.4+, KIP-464)."""

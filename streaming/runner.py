@@ -45,8 +45,11 @@ def run_flow_stream(
 
 
 @contextmanager
-def graceful_stop_signals() -> Iterator[threading.Event]:
-    """An event set by the first SIGTERM/SIGINT; a second one exits at once.
+def graceful_stop_signals(
+    logger: logging.Logger = log, stopping: str = "stopping after the current batch"
+) -> Iterator[threading.Event]:
+    """An event set by the first SIGTERM/SIGINT (logged on `logger`: "received SIGTERM:
+    <stopping>"); a second one exits at once.
 
     The previous handlers come back on exit, so a host process (a Dagster run worker) keeps its
     own interrupt handling outside the stream.
@@ -56,7 +59,7 @@ def graceful_stop_signals() -> Iterator[threading.Event]:
     def handle(signum: int, _frame: FrameType | None) -> None:
         if stop.is_set():
             raise SystemExit(128 + signum)
-        log.info("received %s: stopping after the current batch", signal.Signals(signum).name)
+        logger.info("received %s: %s", signal.Signals(signum).name, stopping)
         stop.set()
 
     previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -56,4 +56,3 @@ def test_an_interrupted_step_ends_interrupted_without_tracebacks(where: str) -> 
     assert "STEP ERROR DagsterExecutionInterruptedError CAUSE None CONTEXT None" in said, said
     for noise in ("Traceback", "reentrant call", "KeyboardInterrupt", "Py4JJavaError"):
         assert noise not in said, said
-

@@ -12,20 +12,23 @@ percentiles (unary: call to answer; streaming: batch sent to its result received
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 import grpc
 import numpy as np
-from common import kafka, wait_for, write_figures
+import psutil
+import uvloop
+from common import TreeSampler, kafka, wait_for, write_figures
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tidelake.protos import service_pb2, service_pb2_grpc
@@ -56,32 +59,46 @@ def _percentiles(seconds: list[float] | np.ndarray) -> dict[str, float]:
     }
 
 
-def unary_load(stub, duration_s: float, concurrency: int, first: int) -> dict:
+def unary_load(address: str, duration_s: float, concurrency: int, first: int) -> dict:
+    """trackCall from an asyncio client (uvloop) with `concurrency` calls in flight over a few
+    channels, requests serialized before the clock starts: the client must not be what is
+    measured (the synchronous client topped out near 2,500 calls/s on this machine)."""
+    now = _now_ms()
+    requests = [_event(n, now).SerializeToString() for n in range(first, first + 400_000)]
     latencies: list[float] = []
     failures: list[str] = []
-    slots = threading.Semaphore(concurrency)
-    lock = threading.Lock()
 
-    def finished(future, started: float) -> None:
+    async def run() -> float:
+        channels = [grpc.aio.insecure_channel(address) for _ in range(4)]
+        calls = [
+            ch.unary_unary("/tidelake.v1.CallEventService/trackCall", response_deserializer=None)
+            for ch in channels
+        ]
+        sent = 0
+        deadline = time.perf_counter() + duration_s
+
+        async def worker(n: int) -> None:
+            nonlocal sent
+            call = calls[n % len(calls)]
+            while time.perf_counter() < deadline and sent < len(requests):
+                request = requests[sent]
+                sent += 1
+                t0 = time.perf_counter()
+                try:
+                    await call(request, timeout=30)
+                except grpc.aio.AioRpcError as exc:
+                    failures.append(str(exc.code()))
+                else:
+                    latencies.append(time.perf_counter() - t0)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(n) for n in range(concurrency)))
         elapsed = time.perf_counter() - started
-        with lock:
-            if future.exception() is None:
-                latencies.append(elapsed)
-            else:
-                failures.append(str(future.exception().code()))
-        slots.release()
+        for ch in channels:
+            await ch.close()
+        return elapsed
 
-    started = time.perf_counter()
-    n = first
-    while time.perf_counter() - started < duration_s:
-        slots.acquire()
-        t0 = time.perf_counter()
-        future = stub.trackCall.future(_event(n, _now_ms()), timeout=30)
-        future.add_done_callback(lambda f, t0=t0: finished(f, t0))
-        n += 1
-    for _ in range(concurrency):
-        slots.acquire()
-    elapsed = time.perf_counter() - started
+    elapsed = uvloop.run(run())
     return {
         "requests": len(latencies),
         "failures": len(failures),
@@ -131,6 +148,86 @@ def stream_load(stub, events: int, batch_size: int, first: int, rate: float | No
     }
 
 
+class CpuSplit:
+    """CPU seconds of the service, the broker and this client over a phase: what bounds the
+    rate on a 2-core machine where all three run."""
+
+    def __init__(self, server_pid: int, broker_port: int):
+        self._procs = {"service": psutil.Process(server_pid), "client": psutil.Process()}
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr.port == broker_port and conn.pid:
+                self._procs["broker"] = psutil.Process(conn.pid)
+        self._start: dict[str, float] = {}
+        self._wall = 0.0
+
+    def _cpu(self) -> dict[str, float]:
+        return {name: sum(p.cpu_times()[:2]) for name, p in self._procs.items()}
+
+    def __enter__(self) -> CpuSplit:
+        self._start = self._cpu()
+        self._wall = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end = self._cpu()
+        self.seconds = time.perf_counter() - self._wall
+        self.cpu_s = {name: end[name] - self._start[name] for name in end}
+
+    def per_item_us(self, items: int) -> dict[str, float]:
+        return {f"{name}_cpu_us": round(s / items * 1e6, 1) for name, s in self.cpu_s.items()}
+
+    def line(self, items: int, unit: str) -> str:
+        used = sum(self.cpu_s.values()) / self.seconds
+        split = ", ".join(
+            f"{k.removesuffix('_cpu_us')} {v}" for k, v in self.per_item_us(items).items()
+        )
+        return f"           CPU µs per {unit}: {split}; {used:.2f} of 2 cores busy"
+
+
+def many_streams(address: str, streams: int, events_each: int, batch_size: int, first: int) -> dict:
+    """`streams` trackCalls streams at once from one asyncio client, each sending its events as
+    fast as its results come back; batches are serialized before the clock starts."""
+    now = _now_ms()
+    per_stream = [
+        [
+            service_pb2.CallEventBatch(
+                batch=b,
+                events=[_event(first + s * events_each + n, now) for n in range(b, b + batch_size)],
+            ).SerializeToString()
+            for b in range(0, events_each, batch_size)
+        ]
+        for s in range(streams)
+    ]
+
+    async def run() -> tuple[int, float]:
+        channel = grpc.aio.insecure_channel(address)
+        track = channel.stream_stream(
+            "/tidelake.v1.CallEventService/trackCalls",
+            response_deserializer=service_pb2.TrackBatchResult.FromString,
+        )
+
+        async def one(batches: list[bytes]) -> int:
+            async def requests() -> Any:
+                for batch in batches:
+                    yield batch
+
+            return sum([r.accepted async for r in track(requests(), timeout=600)])
+
+        started = time.perf_counter()
+        accepted = sum(await asyncio.gather(*(one(b) for b in per_stream)))
+        elapsed = time.perf_counter() - started
+        await channel.close()
+        return accepted, elapsed
+
+    accepted, elapsed = uvloop.run(run())
+    return {
+        "streams": streams,
+        "acknowledged": accepted,
+        "seconds": round(elapsed, 2),
+        "events_per_s": round(accepted / elapsed, 1),
+    }
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -139,7 +236,7 @@ def _free_port() -> int:
 
 @click.command()
 @click.option("--duration", type=float, default=20.0, show_default=True, help="Unary seconds.")
-@click.option("--concurrency", type=int, default=32, show_default=True)
+@click.option("--concurrency", type=int, default=64, show_default=True)
 @click.option("--stream-events", type=int, default=200_000, show_default=True)
 @click.option("--batch-size", type=int, default=500, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), help="Write the figures as JSON here.")
@@ -173,9 +270,18 @@ def main(
 
             wait_for(serving, 60, "the ingest service", poll_s=0.2)
             stub = service_pb2_grpc.CallEventServiceStub(channel)
-            unary = unary_load(stub, duration, concurrency, first=0)
-            streaming = stream_load(stub, stream_events, batch_size, first=10_000_000)
+            broker_port = int(conf["bootstrap.servers"].split(",")[0].rsplit(":", 1)[1])
+            with CpuSplit(server.pid, broker_port) as unary_cpu:
+                unary = unary_load(f"127.0.0.1:{port}", duration, concurrency, first=0)
+            unary |= unary_cpu.per_item_us(unary["requests"])
+            with CpuSplit(server.pid, broker_port) as stream_cpu:
+                streaming = stream_load(stub, stream_events, batch_size, first=10_000_000)
+            streaming |= stream_cpu.per_item_us(streaming["acknowledged"])
             paced_rate = round(streaming["events_per_s"] / 2, -3) or 1000
+            with TreeSampler(server.pid, interval_s=0.1) as memory:
+                rss_before = psutil.Process(server.pid).memory_info().rss
+                many = many_streams(f"127.0.0.1:{port}", 100, 2_000, 100, first=30_000_000)
+            many |= {"rss_before_mb": rss_before >> 20, "peak_rss_mb": memory.peak_rss >> 20}
             paced = stream_load(
                 stub, int(paced_rate * 10), batch_size, first=20_000_000, rate=paced_rate
             )
@@ -188,19 +294,31 @@ def main(
         f"{unary['failures']} failed, {concurrency} in flight; latency p50 {unary['p50_ms']} ms, "
         f"p99 {unary['p99_ms']} ms"
     )
+    print(unary_cpu.line(unary["requests"], "request"))
     print(
         f"streaming  {streaming['events_per_s']:>10,.0f} ev/s    {streaming['acknowledged']:,} "
         f"OK of {stream_events:,} in batches of {batch_size}; batch sent-to-result "
         f"p50 {streaming['p50_ms']} ms, p99 {streaming['p99_ms']} ms"
     )
+    print(stream_cpu.line(streaming["acknowledged"], "event"))
     print(
         f"streaming  {paced['events_per_s']:>10,.0f} ev/s    paced at {paced_rate:,.0f} ev/s for "
         f"10 s; batch sent-to-result p50 {paced['p50_ms']} ms, p99 {paced['p99_ms']} ms"
     )
+    print(
+        f"100 streams {many['events_per_s']:>10,.0f} ev/s    {many['acknowledged']:,} OK; service "
+        f"memory {many['rss_before_mb']} MB before, {many['peak_rss_mb']} MB at most"
+    )
     print(f"server exit code {server.returncode} (0: flushed, nothing left unacknowledged)")
     write_figures(
         out,
-        {"unary": unary, "streaming": streaming, "paced": paced, "exit_code": server.returncode},
+        {
+            "unary": unary,
+            "streaming": streaming,
+            "many_streams": many,
+            "paced": paced,
+            "exit_code": server.returncode,
+        },
     )
 
 
