@@ -193,6 +193,13 @@ class CallEventServicer(service_pb2_grpc.CallEventServiceServicer):
                 while (result := await results.get()) is not None:
                     yield result
                 await reader  # its failure, if it failed
+            except Exception:
+                log.exception("trackCalls from %s failed", client)
+                await context.abort(
+                    grpc.StatusCode.INTERNAL,
+                    "the ingest service failed on this stream; it logged why. The results you "
+                    "received stand: send the batches without a result again (retrying is safe)",
+                )
             finally:
                 reader.cancel()
         finally:
