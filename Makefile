@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help dev venv test lint format protos check-protos unit bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly broker clean
+.PHONY: help dev venv test lint format protos check-protos unit bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster broker clean
 
 help:
 	@echo "make dev               the whole platform locally; Dagster UI on http://127.0.0.1:3000"
@@ -13,6 +13,7 @@ help:
 	@echo "make unit              only the tests that need neither broker nor Spark"
 	@echo "make protos            regenerate Python code from the .proto files"
 	@echo "make bench             throughput and latency benchmarks (minutes; prints figures)"
+	@echo "make bench-cluster     the throughput benchmark on a Spark standalone cluster and on local[2]"
 	@echo "make broker            run a local Apache Kafka broker (KRaft) in the foreground"
 
 JAVA   := $(shell find jvm/spark-extensions/src -name '*.java')
@@ -53,6 +54,9 @@ bench: bench-throughput bench-latency bench-backfill bench-quality bench-ingest 
 
 bench-throughput: $(STAMP)
 	cd tests/bench && ../../$(BIN)/python engine_throughput.py --out ../../bench-results/throughput.json
+
+bench-cluster: $(STAMP)
+	cd tests/bench && ../../$(BIN)/python engine_throughput.py --skip-floor --also-on-cluster --out ../../bench-results/cluster.json
 
 bench-latency: $(STAMP)
 	cd tests/bench && ../../$(BIN)/python engine_latency.py --out ../../bench-results/latency.json

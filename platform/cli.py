@@ -136,6 +136,30 @@ def broker() -> None:
         sys.exit(run_foreground(broker_state_file(), kept_data_dir()))
 
 
+@main.command("spark-cluster")
+@click.option("--workers", type=click.IntRange(1, 16), default=2, show_default=True)
+@click.option(
+    "--cores", type=click.IntRange(1, 64), default=1, show_default=True, help="Per worker."
+)
+@click.option("--memory", default="2g", show_default=True, help="Per worker, e.g. 2g.")
+def spark_cluster(workers: int, cores: int, memory: str) -> None:
+    """Run a Spark standalone cluster on loopback until Ctrl-C: a master and workers, each its
+    own JVM, from pyspark's own jars. Prints TIDELAKE_SPARK_MASTER=spark://...: set it for
+    `tidelake stream`, `tidelake dev` or a Dagster deployment to run the engine on it."""
+    from tidelake.platform.spark_cluster import LocalSparkCluster, SparkClusterError
+    from tidelake.streaming.runner import graceful_stop_signals
+
+    with graceful_stop_signals(stopping="stopping the Spark cluster") as stop:
+        try:
+            cluster = LocalSparkCluster(workers=workers, cores=cores, worker_memory=memory)
+            with cluster:
+                click.echo(f"TIDELAKE_SPARK_MASTER={cluster.master_url}")
+                click.echo(f"master UI: http://127.0.0.1:{cluster.ui_port}", err=True)
+                stop.wait()
+        except SparkClusterError as exc:
+            raise CliError(str(exc)) from None
+
+
 @main.group()
 def topics() -> None:
     """Kafka topics of the declared flows."""

@@ -145,7 +145,7 @@ class LocalKafkaBroker:
             self._workdir = Path(tempfile.mkdtemp(prefix="tidelake-kafka-"))
         try:
             for attempt in range(1, _PORT_ATTEMPTS + 1):
-                self._port, controller_port = _free_port(), _free_port()
+                self._port, controller_port = free_port(), free_port()
                 properties = self._write_settings(self._port, controller_port)
                 self._cluster_id = self._format(java, classpath, properties)
                 self._process = self._spawn(java, classpath, properties)
@@ -465,7 +465,8 @@ def _write_state(state_file: Path, broker: LocalKafkaBroker) -> None:
     os.replace(partial, state_file)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A port on loopback that nothing listens on (bound, read, released)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((_HOST, 0))
         return int(sock.getsockname()[1])

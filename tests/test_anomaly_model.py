@@ -9,10 +9,9 @@ from typing import Any
 
 import dagster as dg
 import pandas as pd
-import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from deltalake import write_deltalake
+from demo_days import write_days
 
 from tidelake.assets.anomaly_model import MODEL_KEY, SKIPPED
 from tidelake.platform.definitions import build_definitions
@@ -29,12 +28,11 @@ from tidelake.streaming.anomaly_model import (
 )
 from tidelake.streaming.anomaly_store import latest_model
 from tidelake.streaming.anomaly_training import TrainingError, baseline_plot, train_model
-from tidelake.streaming.demo_events import ACCOUNTS, Incident, incident_schedule, scenario_events
+from tidelake.streaming.demo_events import ACCOUNTS, Incident, incident_schedule
 from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.settings import EngineSettings
 
 HELD_OUT = "2026-11-18"
-CALLS_PER_MINUTE = 150
 
 
 def read_regions(kafka_conf: Any, topic: str) -> list[str]:
@@ -57,22 +55,6 @@ def read_regions(kafka_conf: Any, topic: str) -> list[str]:
     finally:
         consumer.close()
     return regions
-
-
-def write_days(settings: EngineSettings, days: list[str], seed: int = 1) -> None:
-    """Demo traffic for whole days, written straight to the call_events table (delta-rs)."""
-    rows = []
-    for n, day in enumerate(days):
-        start_ms = int(datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp() * 1000)
-        rows += scenario_events(seed + n, start_ms, 1440, CALLS_PER_MINUTE)
-    frame = pd.DataFrame(rows)
-    frame["event_time"] = pd.to_datetime(frame["event_time"], unit="ms", utc=True)
-    frame["date"] = frame["event_time"].dt.date
-    write_deltalake(
-        str(settings.table_path(CALL_EVENTS.table)),
-        pa.Table.from_pandas(frame, preserve_index=False),
-        partition_by=["date"],
-    )
 
 
 @pytest.fixture(scope="module")

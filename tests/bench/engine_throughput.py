@@ -21,12 +21,14 @@ from pathlib import Path
 
 import click
 import numpy as np
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 from common import TreeSampler, commits, kafka, write_figures
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from tidelake.platform.produce import produce_demo_events
+from tidelake.platform.spark_cluster import LocalSparkCluster
 from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.kafka_admin import ensure_topic
@@ -105,9 +107,12 @@ run_flow_stream(flow, load_engine_settings(), kafka_client_config(), available_n
 """
 
 
-def tidelake_ingest(conf: dict, work: Path, max_offsets: int, dedup: bool = True) -> dict:
+def tidelake_ingest(
+    conf: dict, work: Path, max_offsets: int, dedup: bool = True, master: str | None = None
+) -> dict:
     env = {
         **os.environ,
+        **({"TIDELAKE_SPARK_MASTER": master} if master else {}),
         "KAFKA_BOOTSTRAP_SERVERS": conf["bootstrap.servers"],
         "TIDELAKE_LAKE": str(work / "lake"),
         "TIDELAKE_CHECKPOINTS": str(work / "checkpoints"),
@@ -146,6 +151,27 @@ def tidelake_ingest(conf: dict, work: Path, max_offsets: int, dedup: bool = True
     }
 
 
+def on_cluster(conf: dict, work: Path, max_offsets: int, dedup: bool) -> dict:
+    """tidelake_ingest on a Spark standalone cluster started for it; the CPU of its workers and
+    of the executors they ran is counted too (the driver's tree does not hold them)."""
+    work.mkdir()
+    with LocalSparkCluster(workers=2, cores=1, folder=work / "spark") as cluster:
+        workers = [psutil.Process(pid) for pid in cluster.worker_pids]
+        before = sum(_with_children(w) for w in workers)
+        figures = tidelake_ingest(conf, work, max_offsets, dedup, master=cluster.master_url)
+        figures["cluster_cpu_s"] = sum(_with_children(w) for w in workers) - before
+        for worker in workers:  # executors still alive at the end (not reaped yet)
+            figures["cluster_cpu_s"] += sum(
+                sum(c.cpu_times()[:2]) for c in worker.children(recursive=True)
+            )
+    return figures
+
+
+def _with_children(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
 def _rounded(figures: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.2f}" for k, v in sorted(figures.items()))
 
@@ -158,9 +184,20 @@ def _rounded(figures: dict[str, float]) -> str:
 @click.option(
     "--dedup/--no-dedup", default=True, show_default=True, help="CallEvent's dedup of retries."
 )
+@click.option(
+    "--also-on-cluster",
+    is_flag=True,
+    help="Ingest the same events again on a Spark standalone cluster of 2 workers x 1 core.",
+)
 @click.option("--out", type=click.Path(path_type=Path), help="Also write the figures as JSON.")
 def main(
-    events: int, max_offsets_per_trigger: int, floor_chunk: int, skip_floor: bool, dedup: bool, out
+    events: int,
+    max_offsets_per_trigger: int,
+    floor_chunk: int,
+    skip_floor: bool,
+    dedup: bool,
+    also_on_cluster: bool,
+    out: Path | None,
 ):
     """Ingest N events with tidelake --available-now and with the one-process floor; compare."""
     with kafka() as conf, tempfile.TemporaryDirectory(prefix="tidelake-bench-") as tmp:
@@ -190,6 +227,9 @@ def main(
         result["dedup"] = dedup
         result["tidelake"] = t = tidelake_ingest(conf, work, max_offsets_per_trigger, dedup)
         assert t["rows"] == report.good, (t["rows"], report.good)
+        if also_on_cluster:
+            result["cluster"] = on_cluster(conf, work / "cluster", max_offsets_per_trigger, dedup)
+            assert result["cluster"]["rows"] == report.good
 
     lines = [
         ("tidelake whole command", f"{t['whole_command_s']:.1f} s", f"{t['batches']} batches"),
@@ -212,6 +252,17 @@ def main(
         click.echo(f"{name:<24}{value:>16}   {note}")
     click.echo(f"CPU s by process:   {_rounded(t['cpu_s_by_process'])}")
     click.echo(f"peak GB by process: {_rounded(t['peak_rss_gb_by_process'])}")
+    if also_on_cluster:
+        c = result["cluster"]
+        click.echo(
+            f"on the cluster (2 workers x 1 core) next to local[2]: steady "
+            f"{c['steady_events_per_s']:,.0f} vs {t['steady_events_per_s']:,.0f} ev/s "
+            f"({c['steady_events_per_s'] / t['steady_events_per_s']:.2f}x), start-up "
+            f"{c['startup_s']:.1f} vs {t['startup_s']:.1f} s, whole command "
+            f"{c['whole_command_s']:.1f} vs {t['whole_command_s']:.1f} s, CPU "
+            f"{c['cpu_s'] + c['cluster_cpu_s']:.1f} s (driver {c['cpu_s']:.1f}, workers and "
+            f"executors {c['cluster_cpu_s']:.1f}) vs {t['cpu_s']:.1f} s"
+        )
     write_figures(out, result)
 
 
