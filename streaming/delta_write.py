@@ -97,6 +97,10 @@ class MicroBatchWriter:
         txn = self.app_id()
         if _holds(self.table_uri, txn, batch_id):
             log.info("%s: batch %s already committed, skipping", self.table_uri, batch_id)
+            # the replayed batch must still run to its end: its deduplication state is committed
+            # by its tasks, and Spark refuses to go on (STATE_STORE_COMMIT_VALIDATION_FAILED) if
+            # they did not run; the rows go nowhere, Delta holds them already
+            batch.write.format("noop").mode("overwrite").save()
             return
         refused = Observation(f"refused-{uuid.uuid4().hex}")
         observed = batch.observe(refused, F.collect_list(_refused_struct(batch, self.flow)))
