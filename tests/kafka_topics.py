@@ -16,6 +16,7 @@ from confluent_kafka.admin import (
 )
 
 from tidelake.streaming.kafka_admin import quiet_client_config
+from tidelake.streaming.kafka_offsets import PartitionEnds
 
 KEEP_FOREVER = -1
 
@@ -94,3 +95,12 @@ def read_records(
         return records
     finally:
         consumer.close()
+
+
+def topic_records(kafka_conf: dict[str, Any], topic: str) -> int:
+    """Records on the topic, from Kafka's own end offsets (every partition)."""
+    probe = PartitionEnds(kafka_conf, "test-records", 10)
+    try:
+        return sum(probe.latest(probe.partitions([topic])).values())
+    finally:
+        probe.close()

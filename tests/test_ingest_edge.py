@@ -28,12 +28,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from kafka_topics import topic_records
 
 from tidelake.platform.ingest_listen import ListenError, ServiceSecurity, check_security
 from tidelake.platform.ingest_service import IngestServer, IngestSettings, start_ingest_server
 from tidelake.protos import service_pb2, service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent, CallSid
-from tidelake.streaming.kafka_offsets import PartitionEnds
 
 pytestmark = pytest.mark.integration
 
@@ -50,14 +50,6 @@ def call() -> CallEvent:
         region=CallEvent.de1,
         event_time=time.time_ns() // 1_000_000,
     )
-
-
-def topic_records(kafka_conf: dict[str, Any], topic: str) -> int:
-    probe = PartitionEnds(kafka_conf, "test-ingest-edge", 10)
-    try:
-        return sum(probe.latest(probe.partitions([topic])).values())
-    finally:
-        probe.close()
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 from grpc_status import rpc_status
+from kafka_topics import topic_records
 from lake_readers import duckdb_query
 from live_stream import run_available_now
 
@@ -30,7 +31,6 @@ from tidelake.platform.ingest_service import (
 from tidelake.platform.produce import produce_demo_events
 from tidelake.protos import service_pb2, service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent, CallSid
-from tidelake.streaming.kafka_offsets import PartitionEnds
 
 pytestmark = pytest.mark.integration
 
@@ -85,14 +85,6 @@ def client(server: IngestServer) -> Iterator[Client]:
     client = Client(server.port)
     yield client
     client.channel.close()
-
-
-def topic_records(kafka_conf: dict[str, Any], topic: str) -> int:
-    probe = PartitionEnds(kafka_conf, "test-ingest", 10)
-    try:
-        return sum(probe.latest(probe.partitions([topic])).values())
-    finally:
-        probe.close()
 
 
 def batches(events: list[CallEvent], size: int) -> Iterator[service_pb2.CallEventBatch]:
