@@ -6,6 +6,7 @@ each command imports what it needs (Kafka client, protobuf, Spark, Dagster) when
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import subprocess
@@ -157,6 +158,35 @@ def spark_cluster(workers: int, cores: int, memory: str) -> None:
                 click.echo(f"master UI: http://127.0.0.1:{cluster.ui_port}", err=True)
                 stop.wait()
         except SparkClusterError as exc:
+            raise CliError(str(exc)) from None
+
+
+@main.command("kafka-cluster")
+@click.option("--nodes", type=click.IntRange(1, 9), default=3, show_default=True)
+@click.option(
+    "--min-insync",
+    type=click.IntRange(1, 9),
+    default=2,
+    show_default=True,
+    help="min.insync.replicas of every topic (at most --nodes).",
+)
+def kafka_cluster(nodes: int, min_insync: int) -> None:
+    """Run a Kafka cluster on loopback until Ctrl-C: NODES KRaft nodes (each broker and
+    controller, its own JVM) from the jar cache; topics get NODES replicas. Prints
+    KAFKA_BOOTSTRAP_SERVERS=...: set it for `tidelake dev`, `serve` or `stream`."""
+    from tidelake.platform.kafka_cluster import LocalKafkaCluster
+    from tidelake.platform.local_broker import BrokerError
+    from tidelake.streaming.runner import graceful_stop_signals
+
+    if min_insync > nodes:
+        raise click.BadParameter(f"at most --nodes ({nodes})", param_hint="'--min-insync'")
+    with graceful_stop_signals(stopping="stopping the Kafka cluster") as stop:
+        try:
+            with LocalKafkaCluster(nodes, min_insync=min_insync) as cluster:
+                click.echo(f"KAFKA_BOOTSTRAP_SERVERS={cluster.bootstrap_servers}")
+                click.echo(f"data and logs in {cluster.folder}", err=True)
+                stop.wait()
+        except BrokerError as exc:
             raise CliError(str(exc)) from None
 
 
@@ -454,10 +484,12 @@ def stream(
 @click.option(
     "--ack-timeout",
     type=click.FloatRange(min=0.1),
-    default=10.0,
-    show_default=True,
+    default=None,
     metavar="SECONDS",
-    help="Longest an RPC waits for Kafka's acknowledgement before answering UNAVAILABLE.",
+    help=(
+        "Longest an RPC waits for Kafka's acknowledgement before answering UNAVAILABLE "
+        "[default: IngestSettings.ack_timeout_s, 30, longer than a partition leader's failover]."
+    ),
 )
 @click.option(
     "--tls-cert",
@@ -486,7 +518,7 @@ def stream(
 def serve(
     host: str,
     port: int,
-    ack_timeout: float,
+    ack_timeout: float | None,
     tls_cert: Path | None,
     tls_key: Path | None,
     client_ca: Path | None,
@@ -521,7 +553,9 @@ def serve(
         token=os.environ.get("TIDELAKE_INGEST_TOKEN"),
         allow_plaintext=allow_plaintext,
     )
-    ingest = IngestSettings(host=host, port=port, ack_timeout_s=ack_timeout, security=security)
+    ingest = IngestSettings(host=host, port=port, security=security)
+    if ack_timeout is not None:
+        ingest = dataclasses.replace(ingest, ack_timeout_s=ack_timeout)
     try:
         check_can_serve(ingest)  # before Kafka: a taken port fails at once
     except ListenError as exc:
@@ -602,6 +636,7 @@ def dev(
     """
     _configure_logging()
     from tidelake.platform.dev_stack import DevOptions, DevStackError, run_dev
+    from tidelake.streaming.settings import ConfigError
 
     flows = _get_flows([], "FLOW")
     with _clean_errors():
@@ -615,7 +650,7 @@ def dev(
                 ingest_port=ingest_port,
             )
             code = run_dev(flows, options)
-        except FileNotFoundError as exc:
+        except (FileNotFoundError, ConfigError) as exc:
             raise CliError(str(exc), exit_code=2) from None
         except DevStackError as exc:
             raise CliError(str(exc)) from None

@@ -64,6 +64,43 @@ class DagsterWeb:
             raise DagsterWebError(f"cannot list sensors: {data}")
         return {s["name"]: s["sensorState"]["status"] for s in data["results"]}
 
+    def sensor_ticks(self, sensor: str, limit: int = 50) -> list[dict[str, Any]]:
+        """A sensor's newest ticks first: status (SUCCESS, SKIPPED, FAILURE, STARTED),
+        timestamp (epoch seconds) and error (its message, or None)."""
+        data = self.query(
+            """query($sel: SensorSelector!, $limit: Int) {
+              sensorOrError(sensorSelector: $sel) {
+                __typename
+                ... on Sensor { sensorState { ticks(limit: $limit) {
+                  status timestamp error { message } } } }
+                ... on PythonError { message }
+              }
+            }""",
+            {
+                "sel": {
+                    "repositoryName": "__repository__",
+                    "repositoryLocationName": self.location,
+                    "sensorName": sensor,
+                },
+                "limit": limit,
+            },
+        )["sensorOrError"]
+        if data["__typename"] != "Sensor":
+            raise DagsterWebError(f"cannot read the ticks of {sensor}: {data}")
+        return [
+            {**tick, "error": (tick["error"] or {}).get("message")}
+            for tick in data["sensorState"]["ticks"]
+        ]
+
+    def run_messages(self, run_id: str) -> list[str]:
+        """The messages of a run's log, oldest first."""
+        data = self.query(
+            """query($runId: ID!) { logsForRun(runId: $runId) {
+                ... on EventConnection { events { ... on MessageEvent { message } } } } }""",
+            {"runId": run_id},
+        )
+        return [event.get("message") or "" for event in data["logsForRun"]["events"]]
+
     def runs(self, job_name: str | None, statuses: list[str] | None = None) -> list[dict[str, Any]]:
         """Runs of a job (None: of every job), newest first: runId, jobName, status, startTime,
         endTime."""

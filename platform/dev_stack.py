@@ -33,7 +33,7 @@ from tidelake.platform.local_broker import (
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.kafka_admin import check_reachable, ensure_flow_topics
-from tidelake.streaming.settings import kafka_client_config
+from tidelake.streaming.settings import ConfigError, kafka_client_config
 from tidelake.streaming.stream_status import first_record_date, kafka_ends
 
 log = logging.getLogger(__name__)
@@ -66,18 +66,39 @@ class DevOptions:
     """The repository's pyproject.toml, whose [tool.dg] table `dg dev` reads from the cwd."""
 
 
+POSTGRES_URL_VARIABLE = "TIDELAKE_DAGSTER_POSTGRES_URL"
+_COMPOSED = "# written by tidelake dev: platform/dagster.yaml and platform/dagster_postgres.yaml\n"
+
+
 def dagster_home(env: Mapping[str, str]) -> Path:
-    """$DAGSTER_HOME, default .dagster_home here; holds (a link to) platform/dagster.yaml."""
+    """$DAGSTER_HOME, default .dagster_home here; holds (a link to) platform/dagster.yaml, with
+    platform/dagster_postgres.yaml's storage added when TIDELAKE_DAGSTER_POSTGRES_URL is set.
+    A dagster.yaml of the user's own is kept as it is."""
     home = Path(env.get("DAGSTER_HOME") or ".dagster_home").resolve()
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
     ours = Path(__file__).with_name("dagster.yaml")
-    if config.is_symlink() or not config.exists():
-        config.unlink(missing_ok=True)
-        config.symlink_to(ours)
-    else:
+    if config.exists() and not config.is_symlink() and not _is_composed(config):
         log.info("keeping the instance settings already in %s", config)
+        return home
+    postgres_url = env.get(POSTGRES_URL_VARIABLE, "").strip()
+    if postgres_url and not postgres_url.startswith("postgresql+psycopg2://"):
+        raise ConfigError(
+            f"{POSTGRES_URL_VARIABLE} must start with postgresql+psycopg2:// (the driver "
+            "dagster-postgres installs; SQLAlchemy 2.1 reads a plain postgresql:// as psycopg 3)"
+        )
+    config.unlink(missing_ok=True)
+    if postgres_url:
+        storage = Path(__file__).with_name("dagster_postgres.yaml").read_text()
+        config.write_text(f"{_COMPOSED}{ours.read_text()}\n{storage}")
+    else:
+        config.symlink_to(ours)
     return home
+
+
+def _is_composed(config: Path) -> bool:
+    with config.open() as text:
+        return text.readline() == _COMPOSED
 
 
 def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:

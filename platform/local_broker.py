@@ -30,6 +30,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
 
@@ -53,6 +54,23 @@ class _PortTaken(BrokerError):
     """Another process took a free port between our probe and the broker's bind."""
 
 
+@dataclass(frozen=True)
+class KafkaNode:
+    """One node's place in a multi-node cluster (kafka_cluster.LocalKafkaCluster): its id and
+    fixed ports, the controller quorum they all vote in, and the replication the cluster gives
+    topics. Fixed ports, because the quorum's voters are named by address."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    voters: str
+    """KRaft's controller.quorum.voters, "1@127.0.0.1:P1,2@127.0.0.1:P2,..."."""
+    cluster_id: str
+    replicas: int
+    """default.replication.factor and that of Kafka's internal topics."""
+    min_insync: int
+
+
 def java_executable() -> str:
     """$JAVA_HOME/bin/java, else java on PATH (JDK 17+)."""
     home = os.environ.get("JAVA_HOME", "").strip()
@@ -65,7 +83,7 @@ def java_executable() -> str:
     return found
 
 
-def _kafka_cluster_id() -> str:
+def new_cluster_id() -> str:
     """A cluster id as Kafka writes them: 16 random bytes, URL-safe base64 without padding."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
@@ -85,8 +103,10 @@ class LocalKafkaBroker:
         startup_timeout_s: float = 60.0,
         stop_grace_s: float = 20.0,
         java: str | None = None,
+        node: KafkaNode | None = None,
     ) -> None:
         self._java = java
+        self._node = node
         self._kept_dir = data_dir
         self._heap_mb = heap_mb
         self._startup_timeout_s = startup_timeout_s
@@ -128,11 +148,38 @@ class LocalKafkaBroker:
         """True while the broker process runs (it can die on its own, e.g. killed by OOM)."""
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def node(self) -> KafkaNode | None:
+        return self._node
+
+    @property
+    def node_id(self) -> int:
+        return self._node.node_id if self._node is not None else _NODE_ID
+
     def start(self) -> None:
         """Format the data folder if new, start Kafka, and return once it answers metadata."""
+        started = time.monotonic()
+        try:
+            for attempt in range(1, _PORT_ATTEMPTS + 1):
+                self.launch()
+                try:
+                    self.wait_until_ready()
+                    break
+                except _PortTaken:
+                    self._kill_process()
+                    if attempt == _PORT_ATTEMPTS or self._node is not None:
+                        raise
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - started
+
+    def launch(self) -> None:
+        """Format the data folder if new and start the Kafka process, without waiting for it:
+        a node of a cluster answers only once a majority of its quorum runs, so a cluster
+        launches every node before it waits for any."""
         if self._process is not None:
             raise BrokerError(f"the local broker is already running at {self.bootstrap_servers}")
-        started = time.monotonic()
         try:
             classpath = broker_classpath()
         except JarsMissingError as exc:
@@ -141,26 +188,24 @@ class LocalKafkaBroker:
         if self._kept_dir is not None:
             self._workdir = self._kept_dir.resolve()
             self._workdir.mkdir(parents=True, exist_ok=True)
-        else:
+        elif self._workdir is None:
             self._workdir = Path(tempfile.mkdtemp(prefix="tidelake-kafka-"))
-        try:
-            for attempt in range(1, _PORT_ATTEMPTS + 1):
-                self._port, controller_port = free_port(), free_port()
-                properties = self._write_settings(self._port, controller_port)
-                self._cluster_id = self._format(java, classpath, properties)
-                self._process = self._spawn(java, classpath, properties)
-                try:
-                    self._wait_until_ready()
-                    break
-                except _PortTaken:
-                    self._kill_process()
-                    if attempt == _PORT_ATTEMPTS:
-                        raise
-        except BaseException:
-            self.stop()
-            raise
-        self.startup_s = time.monotonic() - started
+        if self._node is not None:
+            self._port, controller_port = self._node.port, self._node.controller_port
+        else:
+            self._port, controller_port = free_port(), free_port()
+        properties = self._write_settings(self._port, controller_port)
+        self._cluster_id = self._format(java, classpath, properties)
+        self._process = self._spawn(java, classpath, properties)
         _live_brokers.add(self)
+
+    def kill(self) -> None:
+        """SIGKILL the broker (a crash: no clean shutdown), keeping its data folder, so that
+        launch() brings the same node back."""
+        process, self._process = self._process, None
+        if process is not None:
+            _signal_group(process.pid, signal.SIGKILL)
+            process.wait()
 
     def stop(self) -> None:
         """Stop the broker (SIGTERM: Kafka's clean shutdown; SIGKILL after the grace period) and
@@ -191,24 +236,32 @@ class LocalKafkaBroker:
     def _write_settings(self, port: int, controller_port: int) -> Path:
         assert self._workdir is not None
         data = self._workdir / "data"
+        node = self._node
+        replicas = node.replicas if node is not None else 1
+        min_insync = node.min_insync if node is not None else 1
         settings = {
             "process.roles": "broker,controller",
-            "node.id": _NODE_ID,
-            "controller.quorum.voters": f"{_NODE_ID}@{_HOST}:{controller_port}",
+            "node.id": self.node_id,
+            "controller.quorum.voters": (
+                node.voters if node is not None else f"{_NODE_ID}@{_HOST}:{controller_port}"
+            ),
             "listeners": f"PLAINTEXT://{_HOST}:{port},CONTROLLER://{_HOST}:{controller_port}",
             "advertised.listeners": f"PLAINTEXT://{_HOST}:{port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": str(data),
-            # one node: every internal topic has one replica; few partitions start faster
-            "offsets.topic.replication.factor": 1,
+            # one replica per partition alone, three in a cluster (KafkaNode); few partitions of
+            # the internal topics start faster
+            "default.replication.factor": replicas,
+            "min.insync.replicas": min_insync,
+            "offsets.topic.replication.factor": replicas,
             "offsets.topic.num.partitions": 4,
-            "transaction.state.log.replication.factor": 1,
-            "transaction.state.log.min.isr": 1,
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": min_insync,
             "transaction.state.log.num.partitions": 4,
-            "share.coordinator.state.topic.replication.factor": 1,
-            "share.coordinator.state.topic.min.isr": 1,
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": min_insync,
             "group.initial.rebalance.delay.ms": 0,
             # retention acts within a second (Kafka's default looks every 5 minutes)
             "log.retention.check.interval.ms": 1000,
@@ -255,7 +308,7 @@ class LocalKafkaBroker:
                 if line.startswith("cluster.id="):
                     return line.split("=", 1)[1].strip()
             raise BrokerError(f"{meta} has no cluster.id; delete {self._workdir} to start afresh")
-        cluster_id = _kafka_cluster_id()
+        cluster_id = self._node.cluster_id if self._node is not None else new_cluster_id()
         command = self._java_command(java, classpath, "kafka.tools.StorageTool")
         # "=" keeps an id that starts with "-" (1 in 64 of them) from reading as an option
         command += ["format", f"--cluster-id={cluster_id}", "-c", str(properties)]
@@ -281,7 +334,7 @@ class LocalKafkaBroker:
                 start_new_session=True,  # own process group: a terminal's Ctrl-C is ours to handle
             )
 
-    def _wait_until_ready(self) -> None:
+    def wait_until_ready(self) -> None:
         """Wait for a TCP accept, then for metadata naming our cluster id (not a port squatter)."""
         assert self._process is not None and self._port is not None
         deadline = time.monotonic() + self._startup_timeout_s

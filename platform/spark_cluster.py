@@ -129,6 +129,11 @@ class LocalSparkCluster:
             self._own_folder.cleanup()
             self._own_folder = None
 
+    def kill_worker(self, n: int) -> None:
+        """SIGKILL worker n (from 1) and the executors it started, as a lost machine goes."""
+        os.killpg(self._processes[n].pid, signal.SIGKILL)
+        self._processes[n].wait(timeout=10)
+
     def alive_workers(self) -> int:
         """Workers the master counts as alive (its JSON status page), 0 if it does not answer."""
         try:

@@ -98,6 +98,12 @@ def test_bad_produce_options_fail_fast_naming_the_option(
     assert message in result.output
 
 
+def test_a_kafka_cluster_cannot_need_more_replicas_in_sync_than_it_has_nodes() -> None:
+    result = CliRunner().invoke(main, ["kafka-cluster", "--nodes", "2", "--min-insync", "3"])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--min-insync': at most --nodes (2)" in result.output
+
+
 def test_unknown_flow_lists_the_declared_ones(no_kafka_env: Path) -> None:
     for args in (["produce", "nope", "--count", "1"], ["topics", "create", "call_events", "nope"]):
         result = CliRunner().invoke(main, args)

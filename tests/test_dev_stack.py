@@ -13,6 +13,7 @@ from typing import Any
 
 import psutil
 import pytest
+import yaml
 
 from tidelake.platform.dagster_web import DagsterWeb, wait_for
 from tidelake.platform.dev_stack import dagster_home, stop_process_group
@@ -34,6 +35,20 @@ def test_dagster_home_keeps_a_users_own_settings(tmp_path: Path) -> None:
     dagster_home({"DAGSTER_HOME": str(tmp_path)})
     assert not (tmp_path / "dagster.yaml").is_symlink()
     assert "telemetry" in (tmp_path / "dagster.yaml").read_text()
+
+
+def test_dagster_home_adds_postgres_storage_while_its_url_is_set(tmp_path: Path) -> None:
+    url = "postgresql+psycopg2://u:secret@db:5432/dagster"
+    env = {"DAGSTER_HOME": str(tmp_path), "TIDELAKE_DAGSTER_POSTGRES_URL": url}
+    config = dagster_home(env) / "dagster.yaml"
+    settings = yaml.safe_load(config.read_text())
+    assert settings["storage"] == {
+        "postgres": {"postgres_url": {"env": "TIDELAKE_DAGSTER_POSTGRES_URL"}}
+    }
+    assert settings["run_retries"]["max_retries"] == 2  # the platform's settings are all there
+    assert "secret" not in config.read_text()
+    dagster_home({"DAGSTER_HOME": str(tmp_path)})  # unset again: back to SQLite
+    assert config.is_symlink() and "storage" not in yaml.safe_load(config.read_text())
 
 
 def test_stop_process_group_kills_what_ignores_sigint(tmp_path: Path) -> None:

@@ -53,8 +53,8 @@ def test_start_and_stop_leave_no_process_or_directory() -> None:
 def test_a_cluster_id_starting_with_a_dash_formats(monkeypatch: pytest.MonkeyPatch) -> None:
     # 1 in 64 random ids starts with "-"; Kafka's StorageTool read one as an option and the
     # whole test session lost its broker
-    dashed = "-" + local_broker._kafka_cluster_id()[1:]
-    monkeypatch.setattr(local_broker, "_kafka_cluster_id", lambda: dashed)
+    dashed = "-" + local_broker.new_cluster_id()[1:]
+    monkeypatch.setattr(local_broker, "new_cluster_id", lambda: dashed)
     with LocalKafkaBroker() as broker:
         assert broker.cluster_id == dashed
         assert _metadata(broker.bootstrap_servers).cluster_id == dashed

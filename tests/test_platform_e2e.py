@@ -11,7 +11,6 @@ the code location reloaded -> Ctrl-C leaves no process behind.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import signal
@@ -32,6 +31,7 @@ import grpc
 import psutil
 import pytest
 from dagster_ui import browser_ui
+from dev_platform import start_dev, stop_dev, stream_worker_pid
 from flows import PAGE_VIEWS
 from lake_readers import duckdb_query, read_delta
 
@@ -149,41 +149,13 @@ def stack(kafka_conf: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
         "PYTHONPATH": os.pathsep.join(p for p in python_path if p),
     }
     log = root / "dev.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tidelake.platform.cli",
-                "dev",
-                "--rate",
-                "0",
-                "--port",
-                str(port),
-                "--ingest-port",
-                str(ingest_port),
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    process = start_dev(env, log, port, ingest_port)
     web = DagsterWeb(f"http://127.0.0.1:{port}")
     stack = Stack(process, web, settings, log, kafka_conf, ingest_port, flow_module, [history])
     try:
         yield stack
     finally:
-        if process.poll() is None:  # a test failed before the Ctrl-C test: leave nothing behind
-            children = psutil.Process(process.pid).children(recursive=True)
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                process.kill()
-            for child in children:
-                with contextlib.suppress(psutil.Error):
-                    child.kill()
+        stop_dev(process)  # a test failed before the Ctrl-C test: leave nothing behind
         delete_topic(kafka_conf, CALL_EVENTS.topic)
         delete_topic(kafka_conf, "e2e-page-views")
 
@@ -262,14 +234,7 @@ def test_a_user_backfills_a_day_in_the_browser_and_no_run_failed(stack: Stack) -
 
 def _run_worker(stack: Stack, run_id: str) -> psutil.Process:
     """The process executing the run, as the run's own log names it (read over GraphQL)."""
-    data = stack.web.query(
-        """query($runId: ID!) { logsForRun(runId: $runId) {
-            ... on EventConnection { events { ... on MessageEvent { message } } } } }""",
-        {"runId": run_id},
-    )
-    messages = [e.get("message") or "" for e in data["logsForRun"]["events"]]
-    (pid,) = {int(m.split()[3].rstrip(":")) for m in messages if m.startswith("stream worker pid")}
-    worker = psutil.Process(pid)
+    worker = psutil.Process(stream_worker_pid(stack.web, run_id))
     assert worker in psutil.Process(stack.process.pid).children(recursive=True)
     return worker
 

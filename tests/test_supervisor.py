@@ -1,12 +1,15 @@
 """The supervisor: its pure decision, and the sensor built on it, evaluated with Dagster's helpers.
 
-Sensor tests use a real instance (instance_for_test), the local Kafka broker for the lag probe and
-a real Delta table for partition closing; runs are recorded in the instance with given statuses.
+Sensor tests use a real instance (instance_for_test) on SQLite and on PostgreSQL, the local Kafka
+broker for the lag probe and a real Delta table for partition closing; runs are recorded in the
+instance with given statuses.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -15,6 +18,7 @@ import pyarrow as pa
 import pytest
 from dagster._core.test_utils import create_run_for_test
 from deltalake import write_deltalake
+from local_postgres import LocalPostgres, local_postgres, postgres_bin
 
 from tidelake.platform import stream_sensors
 from tidelake.platform.definitions import build_definitions
@@ -105,6 +109,31 @@ def flow(kafka_conf: dict[str, Any], topic_name: str) -> Any:
     return flow
 
 
+@pytest.fixture(scope="module")
+def postgres_server() -> Iterator[LocalPostgres]:
+    if postgres_bin() is None:
+        pytest.skip("needs Debian's postgresql package (.ci/run installs it)")
+    with local_postgres() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def make_instance(
+    request: pytest.FixtureRequest,
+) -> Callable[[], AbstractContextManager[dg.DagsterInstance]]:
+    """A fresh instance on SQLite (Dagster's default) or on PostgreSQL (a new database each
+    time): the supervisor must decide the same on both storages."""
+    if request.param == "sqlite":
+        return dg.instance_for_test
+    server: LocalPostgres = request.getfixturevalue("postgres_server")
+
+    def on_postgres() -> AbstractContextManager[dg.DagsterInstance]:
+        url = server.new_database()
+        return dg.instance_for_test(overrides={"storage": {"postgres": {"postgres_url": url}}})
+
+    return on_postgres
+
+
 @pytest.fixture
 def defs(flow: Any, engine_settings: Any) -> dg.Definitions:
     return build_definitions({flow.name: flow}, engine_settings, POLICY)
@@ -139,8 +168,10 @@ def add_runs(instance: dg.DagsterInstance, *statuses: dg.DagsterRunStatus) -> li
 
 
 @pytest.mark.integration
-def test_sensor_requests_a_run_when_none_exists(defs: Any, kafka_conf: Any) -> None:
-    with dg.instance_for_test() as instance:
+def test_sensor_requests_a_run_when_none_exists(
+    make_instance: Any, defs: Any, kafka_conf: Any
+) -> None:
+    with make_instance() as instance:
         result = evaluate(defs, instance, kafka_conf)
     (request,) = result.run_requests
     assert request.tags[STREAM_TAG] == "call_events"
@@ -153,8 +184,10 @@ def test_sensor_requests_a_run_when_none_exists(defs: Any, kafka_conf: Any) -> N
 
 
 @pytest.mark.integration
-def test_a_restart_after_a_failed_run_is_red(defs: Any, kafka_conf: Any) -> None:
-    with dg.instance_for_test() as instance:
+def test_a_restart_after_a_failed_run_is_red(
+    make_instance: Any, defs: Any, kafka_conf: Any
+) -> None:
+    with make_instance() as instance:
         add_runs(instance, dg.DagsterRunStatus.FAILURE)
         result = evaluate(defs, instance, kafka_conf)
     assert len(result.run_requests) == 1
@@ -163,16 +196,18 @@ def test_a_restart_after_a_failed_run_is_red(defs: Any, kafka_conf: Any) -> None
 
 
 @pytest.mark.integration
-def test_run_keys_are_unique_so_restarts_are_not_deduplicated(defs: Any, kafka_conf: Any) -> None:
-    with dg.instance_for_test() as instance:
+def test_run_keys_are_unique_so_restarts_are_not_deduplicated(
+    make_instance: Any, defs: Any, kafka_conf: Any
+) -> None:
+    with make_instance() as instance:
         first = evaluate(defs, instance, kafka_conf).run_requests[0].run_key
         second = evaluate(defs, instance, kafka_conf).run_requests[0].run_key
     assert first != second
 
 
 @pytest.mark.integration
-def test_sensor_skips_while_a_run_is_live(defs: Any, kafka_conf: Any) -> None:
-    with dg.instance_for_test() as instance:
+def test_sensor_skips_while_a_run_is_live(make_instance: Any, defs: Any, kafka_conf: Any) -> None:
+    with make_instance() as instance:
         (run_id,) = add_runs(instance, dg.DagsterRunStatus.STARTED)
         result = evaluate(defs, instance, kafka_conf)
     assert not result.run_requests
@@ -181,8 +216,8 @@ def test_sensor_skips_while_a_run_is_live(defs: Any, kafka_conf: Any) -> None:
 
 
 @pytest.mark.integration
-def test_sensor_starting_run_counts_as_live(defs: Any, kafka_conf: Any) -> None:
-    with dg.instance_for_test() as instance:
+def test_sensor_starting_run_counts_as_live(make_instance: Any, defs: Any, kafka_conf: Any) -> None:
+    with make_instance() as instance:
         add_runs(instance, dg.DagsterRunStatus.STARTING)
         result = evaluate(defs, instance, kafka_conf)
     assert not result.run_requests
@@ -191,8 +226,10 @@ def test_sensor_starting_run_counts_as_live(defs: Any, kafka_conf: Any) -> None:
 
 
 @pytest.mark.integration
-def test_crash_loop_backs_off_and_turns_the_alive_check_red(defs: Any, kafka_conf: Any) -> None:
-    with dg.instance_for_test() as instance:
+def test_crash_loop_backs_off_and_turns_the_alive_check_red(
+    make_instance: Any, defs: Any, kafka_conf: Any
+) -> None:
+    with make_instance() as instance:
         add_runs(instance, *[dg.DagsterRunStatus.FAILURE] * 3)
         result = evaluate(defs, instance, kafka_conf)
     assert not result.run_requests
@@ -207,20 +244,22 @@ def test_crash_loop_backs_off_and_turns_the_alive_check_red(defs: Any, kafka_con
 
 @pytest.mark.integration
 def test_lag_above_threshold_fails_the_lag_check(
-    defs: Any, flow: Any, kafka_conf: dict[str, Any]
+    make_instance: Any, defs: Any, flow: Any, kafka_conf: dict[str, Any]
 ) -> None:
     from tidelake.platform.produce import produce_demo_events
 
     produce_demo_events(flow, kafka_conf, count=40, malformed_share=0, progress=False)
-    with dg.instance_for_test() as instance:
+    with make_instance() as instance:
         result = evaluate(defs, instance, kafka_conf)
     lag = checks(result)[LAG_BELOW_THRESHOLD]
     assert not lag.passed and "40 records behind, above the threshold of 10" in lag.description
 
 
 @pytest.mark.integration
-def test_unreachable_broker_is_reported_not_swallowed(defs: Any, closed_port: int) -> None:
-    with dg.instance_for_test() as instance:
+def test_unreachable_broker_is_reported_not_swallowed(
+    make_instance: Any, defs: Any, closed_port: int
+) -> None:
+    with make_instance() as instance:
         result = evaluate(defs, instance, {"bootstrap.servers": f"127.0.0.1:{closed_port}"})
     lag = checks(result)[LAG_BELOW_THRESHOLD]
     assert not lag.passed and "lag unknown" in lag.description
@@ -229,10 +268,10 @@ def test_unreachable_broker_is_reported_not_swallowed(defs: Any, closed_port: in
 
 @pytest.mark.integration
 def test_stale_started_run_is_failed_and_replaced(
-    defs: Any, kafka_conf: Any, monkeypatch: pytest.MonkeyPatch
+    make_instance: Any, defs: Any, kafka_conf: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(stream_sensors, "STALE_RUN_AFTER_S", -1.0)
-    with dg.instance_for_test() as instance:
+    with make_instance() as instance:
         (run_id,) = add_runs(instance, dg.DagsterRunStatus.STARTED)
         result = evaluate(defs, instance, kafka_conf)
         assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.FAILURE
@@ -241,7 +280,7 @@ def test_stale_started_run_is_failed_and_replaced(
 
 @pytest.mark.integration
 def test_days_past_event_time_and_lateness_are_materialized_once(
-    defs: Any, flow: Any, engine_settings: Any, kafka_conf: Any
+    make_instance: Any, defs: Any, flow: Any, engine_settings: Any, kafka_conf: Any
 ) -> None:
     # newest event 2026-11-21 03:00; lateness 2 h: 11-19 and 11-20 are closed, 11-21 is not
     times = {
@@ -265,7 +304,7 @@ def test_days_past_event_time_and_lateness_are_materialized_once(
             partition_by=["date"],
             mode="append",
         )
-    with dg.instance_for_test() as instance:
+    with make_instance() as instance:
         first = evaluate(defs, instance, kafka_conf)
         second = evaluate(defs, instance, kafka_conf, cursor=first.cursor)
     done = [e for e in first.asset_events if isinstance(e, dg.AssetMaterialization)]
@@ -279,10 +318,12 @@ def test_days_past_event_time_and_lateness_are_materialized_once(
 
 
 @pytest.mark.integration
-def test_the_anomaly_detector_is_supervised_like_a_stream(defs: Any, kafka_conf: Any) -> None:
+def test_the_anomaly_detector_is_supervised_like_a_stream(
+    make_instance: Any, defs: Any, kafka_conf: Any
+) -> None:
     sensor = defs.resolve_sensor_def("call_anomaly_detector_supervisor")
     resources = {"kafka": KafkaResource(bootstrap_servers=kafka_conf["bootstrap.servers"])}
-    with dg.instance_for_test() as instance:
+    with make_instance() as instance:
         context = dg.build_sensor_context(instance=instance, definitions=defs, resources=resources)
         (request,) = sensor(context).run_requests
         assert request.tags[STREAM_TAG] == "call_anomaly_detector"
