@@ -41,9 +41,13 @@ class DagsterWeb:
                 json={"query": text, "variables": variables or {}},
                 timeout=self.timeout_s,
             )
-            response.raise_for_status()
         except requests.RequestException as exc:
             raise DagsterWebError(f"GraphQL request to {self.url} failed: {exc}") from None
+        if not response.ok:
+            raise DagsterWebError(
+                f"GraphQL request to {self.url} failed: {response.status_code} {response.reason}: "
+                f"{response.text[:2000]}"
+            )
         body = response.json()
         if body.get("errors"):
             raise DagsterWebError(f"GraphQL errors: {body['errors']}")
