@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -11,8 +12,23 @@ from pathlib import Path
 import psutil
 
 from tidelake.platform.dagster_web import DagsterWeb
+from tidelake.streaming.settings import EngineSettings
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def dev_env(root: Path, settings: EngineSettings, bootstrap_servers: str) -> dict[str, str]:
+    """The environment of a test's `tidelake dev`: its own DAGSTER_HOME, TIDELAKE_HOME, lake and
+    checkpoints under `root`, 1-second triggers, and the given Kafka."""
+    return {
+        **os.environ,
+        "DAGSTER_HOME": str(root / "dagster_home"),
+        "TIDELAKE_HOME": str(root / "home"),
+        "TIDELAKE_LAKE": str(settings.lake),
+        "TIDELAKE_CHECKPOINTS": str(settings.checkpoints),
+        "TIDELAKE_TRIGGER_INTERVAL": "1 second",
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap_servers,
+    }
 
 
 def start_dev(

@@ -30,7 +30,7 @@ import psycopg2
 import pytest
 import requests
 from confluent_kafka.admin import AdminClient, ConfigResource
-from dev_platform import start_dev, stop_dev, stream_worker_pid
+from dev_platform import dev_env, start_dev, stop_dev, stream_worker_pid
 from lake_readers import read_delta
 from local_postgres import LocalPostgres, local_postgres, postgres_bin
 
@@ -220,13 +220,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
         local_postgres() as postgres,
     ):
         env = {
-            **os.environ,
-            "DAGSTER_HOME": str(root / "dagster_home"),
-            "TIDELAKE_HOME": str(root / "home"),
-            "TIDELAKE_LAKE": str(settings.lake),
-            "TIDELAKE_CHECKPOINTS": str(settings.checkpoints),
-            "TIDELAKE_TRIGGER_INTERVAL": "1 second",
-            "KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+            **dev_env(root, settings, kafka.bootstrap_servers),
             "TIDELAKE_SPARK_MASTER": spark.master_url,
             # two always-on applications (the stream and the anomaly detector) get one core of
             # each worker, and a core is left on each: uncapped, the first application took

@@ -31,7 +31,7 @@ import grpc
 import psutil
 import pytest
 from dagster_ui import browser_ui
-from dev_platform import start_dev, stop_dev, stream_worker_pid
+from dev_platform import dev_env, start_dev, stop_dev, stream_worker_pid
 from flows import PAGE_VIEWS
 from lake_readers import duckdb_query, read_delta
 
@@ -138,13 +138,7 @@ def stack(kafka_conf: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
     flow_module.write_text("FLOWS = []\n")
     python_path = [str(flow_module.parent), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]
     env = {
-        **os.environ,
-        "DAGSTER_HOME": str(root / "dagster_home"),
-        "TIDELAKE_HOME": str(root / "home"),
-        "TIDELAKE_LAKE": str(settings.lake),
-        "TIDELAKE_CHECKPOINTS": str(settings.checkpoints),
-        "TIDELAKE_TRIGGER_INTERVAL": "1 second",
-        "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+        **dev_env(root, settings, kafka_conf["bootstrap.servers"]),
         "TIDELAKE_FLOW_MODULES": flow_module.stem,
         "PYTHONPATH": os.pathsep.join(p for p in python_path if p),
     }
