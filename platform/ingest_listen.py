@@ -1,28 +1,28 @@
 """Where and how the ingest service listens: the address checked before gRPC binds it, TLS, and
 who may call it.
 
-gRPC sets SO_REUSEPORT, so a second server on a taken port used to start without error and share
-the connections with the first; the service turns it off and checks the address itself, to fail
-in one line that names what holds the port. Plaintext is for loopback: on any other address the
+A second server on a taken port must fail, not share the port's connections with the first
+(Python's gRPC server set SO_REUSEPORT): the launcher checks the address itself, to fail in one
+line that names what holds the port. Plaintext is for loopback: on any other address the
 service needs a certificate, or an explicit, logged opt-out.
 """
 
 from __future__ import annotations
 
 import errno
-import hmac
 import ipaddress
 import logging
 import socket
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import grpc
 import psutil
 
 log = logging.getLogger("tidelake.ingest")
+
+
+INGEST_MAIN_CLASS = "dev.tidelake.ingest.IngestMain"
+"""The ingest service's JVM entry point (jvm/ingest-service)."""
 
 
 class ListenError(Exception):
@@ -49,9 +49,9 @@ class ServiceSecurity:
         return self.tls_cert is not None
 
 
-def check_security(security: ServiceSecurity, host: str) -> grpc.ServerCredentials | None:
-    """The server credentials, or None for plaintext; ListenError for a setting that cannot
-    work, naming it."""
+def check_security(security: ServiceSecurity, host: str) -> None:
+    """ListenError for a setting that cannot work, naming it; a warning for an explicit
+    plaintext opt-out beyond loopback."""
     if (security.tls_cert is None) != (security.tls_key is None):
         raise ListenError(
             "TIDELAKE_INGEST_TLS_CERT and TIDELAKE_INGEST_TLS_KEY go together: set both or neither"
@@ -72,14 +72,12 @@ def check_security(security: ServiceSecurity, host: str) -> grpc.ServerCredentia
                     "--allow-plaintext to accept that anyone on the network can read and send"
                 )
             log.warning("serving plaintext on %s (--allow-plaintext): no TLS", host)
-        return None
+        return
     assert security.tls_cert is not None and security.tls_key is not None
-    cert = _read("TIDELAKE_INGEST_TLS_CERT", security.tls_cert)
-    key = _read("TIDELAKE_INGEST_TLS_KEY", security.tls_key)
-    ca = _read("TIDELAKE_INGEST_CLIENT_CA", security.client_ca) if security.client_ca else None
-    return grpc.ssl_server_credentials(
-        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
-    )
+    _read("TIDELAKE_INGEST_TLS_CERT", security.tls_cert)
+    _read("TIDELAKE_INGEST_TLS_KEY", security.tls_key)
+    if security.client_ca is not None:
+        _read("TIDELAKE_INGEST_CLIENT_CA", security.client_ca)
 
 
 def _read(setting: str, path: Path) -> bytes:
@@ -140,55 +138,30 @@ def _holder(port: int) -> str:
             if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
                 if conn.pid is None:
                     return ""
-                command = " ".join(psutil.Process(conn.pid).cmdline()[:4])
-                return f" by pid {conn.pid} ({command})"
+                return f" by pid {conn.pid} ({_describe(psutil.Process(conn.pid))})"
     except (psutil.Error, OSError):
         pass
     return ""
 
 
-class BearerToken(grpc.aio.ServerInterceptor):
-    """Every call of the protected service must carry `authorization: Bearer <token>`; health
-    checks and reflection stay open (load balancers and tools probe them)."""
-
-    def __init__(self, token: str, service: str):
-        self._expected = f"Bearer {token}".encode()
-        self._prefix = f"/{service}/"
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        if not details.method.startswith(self._prefix) or self._authorized(details):
-            return handler
-        return _refusal_like(handler)
-
-    def _authorized(self, details: grpc.HandlerCallDetails) -> bool:
-        for key, value in details.invocation_metadata or ():
-            if key == "authorization":
-                given = value.encode() if isinstance(value, str) else value
-                return hmac.compare_digest(given, self._expected)
-        return False
-
-
-_UNAUTHENTICATED = (
-    "this service needs a bearer token: send the metadata 'authorization: Bearer <token>' "
-    "with the token its operators gave you"
-)
-
-
-def _refusal_like(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-    """A handler of the same shape as `handler` that refuses the call as UNAUTHENTICATED."""
-
-    async def refuse(_request: Any, context: grpc.aio.ServicerContext) -> None:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, _UNAUTHENTICATED)
-
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(refuse)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(refuse)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(refuse)
-    return grpc.unary_unary_rpc_method_handler(refuse)
+def _describe(process: psutil.Process) -> str:
+    """A process as a user knows it: a JVM by its main class, tidelake's ingest service as
+    such, with the command that started it."""
+    args = process.cmdline()
+    if not args or Path(args[0]).name != "java":
+        return " ".join(args[:4])
+    main = next(
+        (
+            a
+            for a, before in zip(args[1:], args[:-1], strict=True)
+            if not a.startswith("-") and before != "-cp"
+        ),
+        "",
+    )
+    if main != INGEST_MAIN_CLASS:
+        return f"java {main}".strip()
+    parent = process.parent()
+    started_by = (
+        f", started by pid {parent.pid}: {' '.join(parent.cmdline()[:4])}" if parent else ""
+    )
+    return f"the tidelake ingest service{started_by}"

@@ -79,7 +79,10 @@ def java_executable() -> str:
         return str(candidate)
     found = shutil.which("java")
     if found is None:
-        raise BrokerError("the local Kafka broker needs Java 17+: set JAVA_HOME or put it on PATH")
+        raise BrokerError(
+            "tidelake's JVM processes (the local Kafka broker, the ingest service) need Java 17+: "
+            "set JAVA_HOME or put it on PATH"
+        )
     return found
 
 

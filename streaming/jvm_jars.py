@@ -25,6 +25,8 @@ from pathlib import Path
 
 SPARK_FOLDER = "spark"
 BROKER_FOLDER = "kafka-broker"
+INGEST_FOLDER = "ingest-service"
+FOLDERS = (SPARK_FOLDER, BROKER_FOLDER, INGEST_FOLDER)
 # the version starts at the first "-<digits>" followed by a dot or the end ("-0-10_2.13" in
 # spark-sql-kafka-0-10_2.13-4.2.0.jar is part of the name; versions hold no underscore)
 _JAR_NAME = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d+(?:\.[^_]*)?)\.jar$")
@@ -61,6 +63,12 @@ def spark_jars() -> list[Path]:
 def broker_classpath() -> str:
     """The Java classpath of the local Kafka broker."""
     jars = _jars(BROKER_FOLDER, ("kafka_2.13", "kafka-clients", "log4j-core"))
+    return os.pathsep.join(str(j) for j in jars)
+
+
+def ingest_classpath() -> str:
+    """The Java classpath of the ingest service (jvm/ingest-service)."""
+    jars = _jars(INGEST_FOLDER, ("tidelake-ingest-service", "grpc-netty-shaded", "kafka-clients"))
     return os.pathsep.join(str(j) for j in jars)
 
 
@@ -121,11 +129,11 @@ def install(pom: Path, target: Path | None = None) -> InstallReport:
             if artifact_id(jar.name) in shipped:
                 dropped.append(jar.name)
                 jar.unlink()
-        for folder in (SPARK_FOLDER, BROKER_FOLDER):
+        for folder in FOLDERS:
             _swap_in(staging / folder, target / folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    jars = [j for f in (SPARK_FOLDER, BROKER_FOLDER) for j in (target / f).glob("*.jar")]
+    jars = [j for f in FOLDERS for j in (target / f).glob("*.jar")]
     return InstallReport(
         jars=len(jars),
         dropped=tuple(dropped),

@@ -15,7 +15,6 @@ from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming.decode import decode_records
 from tidelake.streaming.delta_commit import same_column_type
 from tidelake.streaming.delta_write import good_rows
-from tidelake.streaming.flow_contract import violations
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.table_schema import table_schema
@@ -133,18 +132,3 @@ def test_records_that_break_the_contract_are_refused_with_their_reason(
     assert row["_error"] is not None and row["_error"].startswith(reason)
     assert (row["_key"], row["_value"]) == (b"k", value)
     assert row["date"] == date(2026, 11, 23)  # a refused record is dated by its Kafka time
-
-
-def test_the_ingest_service_and_the_stream_give_the_same_reason(spark: Any) -> None:
-    """One contract: for a message that breaks one rule, Python and the JVM agree word for word."""
-    broken = [
-        call(call_sid=""),
-        call(account_sid="ACxyz"),
-        call(call_state=0),
-        call(region=99),
-        call(duration=90_000),
-    ]
-    rows = decode(spark, CALL_EVENTS, [m.SerializeToString() for m in broken])
-    python = [str(violations(CALL_EVENTS, m)[0]) for m in broken]
-    assert [r["_error"] for r in rows] == python
-    assert violations(CALL_EVENTS, call()) == []

@@ -159,7 +159,8 @@ def test_a_taken_port_fails_at_once_naming_its_holder(
     server = serve()
     said = _one_line_error("--port", str(server.port))
     assert said.startswith(
-        f"Error: port {server.port} on 127.0.0.1 is already taken by pid {os.getpid()} ("
+        f"Error: port {server.port} on 127.0.0.1 is already taken by pid {server.pid} (the "
+        f"tidelake ingest service, started by pid {os.getpid()}: "
     ), said
     assert said.endswith("): stop it or choose another --port")
     with socket.socket() as other:  # a port held by something that is not gRPC

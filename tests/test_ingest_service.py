@@ -7,6 +7,7 @@ import signal
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
@@ -20,8 +21,8 @@ from grpc_status import rpc_status
 from kafka_topics import topic_records
 from lake_readers import duckdb_query
 from live_stream import run_available_now
+from test_decode import decode
 
-from tidelake.platform.call_validation import validate_call_event
 from tidelake.platform.ingest_service import (
     SERVICE_NAME,
     IngestServer,
@@ -31,6 +32,7 @@ from tidelake.platform.ingest_service import (
 from tidelake.platform.produce import produce_demo_events
 from tidelake.protos import service_pb2, service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent, CallSid
+from tidelake.streaming.flows import CALL_EVENTS
 
 pytestmark = pytest.mark.integration
 
@@ -146,10 +148,24 @@ INVALID = [
 ]
 
 
-@pytest.mark.parametrize(("changes", "field"), INVALID, ids=[f for _, f in INVALID])
-def test_validation_names_the_field(changes: dict[str, Any], field: str) -> None:
-    problems = validate_call_event(call(**changes), now_ms())
-    assert [p.field for p in problems] == [field]
+def test_the_service_and_the_stream_give_the_same_reason(spark: Any, client: Client) -> None:
+    """One contract: for a message that breaks one rule, the service (its FlowContract, from the
+    FlowSpec's export) and the stream's decoder agree word for word."""
+    broken = [
+        call(call_sid=""),
+        call(account_sid="ACxyz"),
+        call(call_state=0),
+        call(region=99),
+        call(duration=90_000),
+    ]
+    values = [m.SerializeToString() for m in broken]
+    rows = decode(spark, CALL_EVENTS, values, kafka_time=datetime.now(UTC))
+    said = []
+    for event in broken:
+        with pytest.raises(grpc.RpcError) as refused:
+            client.calls.trackCall(event, timeout=10)
+        said.append(refused.value.details())
+    assert [r["_error"] for r in rows] == said
 
 
 def test_invalid_events_are_refused_per_field_and_nothing_is_produced(

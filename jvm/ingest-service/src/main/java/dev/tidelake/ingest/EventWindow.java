@@ -1,0 +1,44 @@
+package dev.tidelake.ingest;
+
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * Events waiting for Kafka, up to a limit, shared by the streams that draw on it. A stream that
+ * finds no room parks a wake-up and stops reading (HTTP/2 flow control then slows its sender);
+ * one batch larger than the whole window is let through alone, so a sender's batch size never
+ * deadlocks it.
+ */
+final class EventWindow {
+  private final long limit;
+  private long used;
+  private final ArrayDeque<Runnable> parked = new ArrayDeque<>();
+
+  EventWindow(long limit) {
+    this.limit = limit;
+  }
+
+  /** Takes room for {@code count} events, or parks {@code retry} until some is given back. */
+  synchronized boolean take(long count, Runnable retry) {
+    if (used > 0 && used + count > limit) {
+      parked.add(retry);
+      return false;
+    }
+    used += count;
+    return true;
+  }
+
+  void giveBack(long count) {
+    List<Runnable> wake;
+    synchronized (this) {
+      used -= count;
+      if (parked.isEmpty()) {
+        return;
+      }
+      wake = new ArrayList<>(parked);
+      parked.clear();
+    }
+    wake.forEach(Runnable::run);
+  }
+}

@@ -1,0 +1,78 @@
+package dev.tidelake.ingest;
+
+import com.google.gson.JsonElement;
+import com.google.gson.JsonObject;
+import com.google.gson.JsonParser;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Map;
+import java.util.Properties;
+
+/**
+ * What the launcher ({@code tidelake serve}, platform/ingest_service.py) hands the service: its
+ * settings, the Kafka client's properties and the flow's contract, worked out in Python where
+ * every setting is read. The file may hold a token or a password, so the service deletes it once
+ * read.
+ */
+record IngestConfig(
+    String host,
+    int port,
+    long ackTimeoutMs,
+    int maxInFlight,
+    int maxInFlightTotal,
+    int streamsPerClient,
+    int streamsTotal,
+    long healthIntervalMs,
+    long shutdownGraceMs,
+    String tlsCert,
+    String tlsKey,
+    String clientCa,
+    String token,
+    Properties kafka,
+    String bootstrapServers,
+    String securityProtocol,
+    String kafkaUnreachable,
+    String topic,
+    String tableUri,
+    String tableName,
+    JsonObject contract) {
+
+  static IngestConfig read(Path file) throws IOException {
+    JsonObject o =
+        JsonParser.parseString(Files.readString(file, StandardCharsets.UTF_8)).getAsJsonObject();
+    Files.deleteIfExists(file);
+    Properties kafka = new Properties();
+    for (Map.Entry<String, JsonElement> e : o.getAsJsonObject("kafka").entrySet()) {
+      kafka.setProperty(e.getKey(), e.getValue().getAsString());
+    }
+    return new IngestConfig(
+        o.get("host").getAsString(),
+        o.get("port").getAsInt(),
+        o.get("ack_timeout_ms").getAsLong(),
+        o.get("max_in_flight").getAsInt(),
+        o.get("max_in_flight_total").getAsInt(),
+        o.get("streams_per_client").getAsInt(),
+        o.get("streams_total").getAsInt(),
+        o.get("health_interval_ms").getAsLong(),
+        o.get("shutdown_grace_ms").getAsLong(),
+        optional(o, "tls_cert"),
+        optional(o, "tls_key"),
+        optional(o, "client_ca"),
+        optional(o, "token"),
+        kafka,
+        kafka.getProperty("bootstrap.servers"),
+        kafka.getProperty("security.protocol", "PLAINTEXT"),
+        optional(o, "kafka_unreachable"),
+        o.get("topic").getAsString(),
+        o.get("table_uri").getAsString(),
+        o.get("table").getAsString(),
+        o.getAsJsonObject("contract"));
+  }
+
+  private static String optional(JsonObject o, String name) {
+    JsonElement value = o.get(name);
+    return value == null || value.isJsonNull() ? null : value.getAsString();
+  }
+}
