@@ -1,18 +1,21 @@
 """Load test of the gRPC ingest service on loopback: unary and streaming.
 
 Starts `tidelake serve` as its own process against a local Kafka broker (or
-KAFKA_BOOTSTRAP_SERVERS), then, from this process:
-- unary: keeps --concurrency trackCall RPCs in flight for --duration seconds;
-- streaming: sends --stream-events events over one trackCalls stream, in --batch-size batches.
+KAFKA_BOOTSTRAP_SERVERS), then:
+- unary: keeps --concurrency trackCall RPCs in flight for --duration seconds, from a grpc-java
+  client (java/UnaryLoad.java: a Python client would be the bottleneck);
+- streaming, from this process: --stream-events events over one trackCalls stream, in
+  --batch-size batches; then 100 streams at once, and one stream paced at half the rate.
 Every OK means Kafka acknowledged the event (acks=all). Prints requests per second and latency
 percentiles (unary: call to answer; streaming: batch sent to its result received).
 
-    python tests/bench/ingest_load.py --duration 20 --concurrency 32 --stream-events 100000
+    python tests/bench/ingest_load.py --duration 20 --concurrency 512 --stream-events 200000
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -31,10 +34,14 @@ import uvloop
 from common import TreeSampler, kafka, wait_for, write_figures
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tidelake.protos import service_pb2, service_pb2_grpc
+from tidelake.platform.local_broker import java_executable
+from tidelake.protos import call_pb2, service_pb2, service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.jvm_jars import ingest_classpath
 from tidelake.streaming.kafka_admin import ensure_topic
+
+UNARY_LOAD = Path(__file__).with_name("java") / "UnaryLoad.java"
 
 
 def _event(n: int, event_time_ms: int) -> CallEvent:
@@ -59,54 +66,26 @@ def _percentiles(seconds: list[float] | np.ndarray) -> dict[str, float]:
     }
 
 
-def unary_load(address: str, duration_s: float, concurrency: int, first: int) -> dict:
-    """trackCall from an asyncio client (uvloop) with `concurrency` calls in flight over a few
-    channels, requests serialized before the clock starts: the client must not be what is
-    measured (the synchronous client topped out near 2,500 calls/s on this machine)."""
-    now = _now_ms()
-    requests = [_event(n, now).SerializeToString() for n in range(first, first + 400_000)]
-    latencies: list[float] = []
-    failures: list[str] = []
-
-    async def run() -> float:
-        channels = [grpc.aio.insecure_channel(address) for _ in range(4)]
-        calls = [
-            ch.unary_unary("/tidelake.v1.CallEventService/trackCall", response_deserializer=None)
-            for ch in channels
-        ]
-        sent = 0
-        deadline = time.perf_counter() + duration_s
-
-        async def worker(n: int) -> None:
-            nonlocal sent
-            call = calls[n % len(calls)]
-            while time.perf_counter() < deadline and sent < len(requests):
-                request = requests[sent]
-                sent += 1
-                t0 = time.perf_counter()
-                try:
-                    await call(request, timeout=30)
-                except grpc.aio.AioRpcError as exc:
-                    failures.append(str(exc.code()))
-                else:
-                    latencies.append(time.perf_counter() - t0)
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker(n) for n in range(concurrency)))
-        elapsed = time.perf_counter() - started
-        for ch in channels:
-            await ch.close()
-        return elapsed
-
-    elapsed = uvloop.run(run())
-    return {
-        "requests": len(latencies),
-        "failures": len(failures),
-        "seconds": round(elapsed, 2),
-        "requests_per_s": round(len(latencies) / elapsed, 1),
-        "concurrency": concurrency,
-        **_percentiles(latencies),
-    }
+def unary_load(
+    port: int, duration_s: float, concurrency: int, warm_up_s: float, cpu: CpuSplit
+) -> dict:
+    """trackCall from grpc-java (java/UnaryLoad.java, run from source on the service's own
+    classpath) with `concurrency` calls in flight: Python's gRPC client cost ~160 µs of CPU a
+    call, so on two cores it, not the service, would be what is measured. `cpu` brackets the
+    measured run only (after the warm-up); the client counts its own CPU."""
+    descriptors = Path(call_pb2.__file__).with_name("call.binpb")
+    command = [java_executable(), "-cp", ingest_classpath(), str(UNARY_LOAD), str(port)]
+    command += [str(concurrency), str(duration_s), "0", str(descriptors), str(warm_up_s)]
+    client = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert client.stdout is not None
+    lines = iter(client.stdout)
+    if next(lines, "").strip() != "measuring":
+        raise SystemExit(f"UnaryLoad failed (exit code {client.wait()})")
+    with cpu:
+        figures = json.loads(next(lines))
+    client.wait()
+    cpu.cpu_s["client"] = figures.pop("client_cpu_s")
+    return figures | cpu.per_item_us(figures["requests"])
 
 
 def stream_load(stub, events: int, batch_size: int, first: int, rate: float | None = None) -> dict:
@@ -153,7 +132,10 @@ class CpuSplit:
     rate on a 2-core machine where all three run."""
 
     def __init__(self, server_pid: int, broker_port: int):
-        self._procs = {"service": psutil.Process(server_pid), "client": psutil.Process()}
+        service = psutil.Process(server_pid)
+        self._procs = {"service": service, "client": psutil.Process()}
+        # the service is the launcher and its JVM: counted as one
+        self._children = service.children(recursive=True)
         for conn in psutil.net_connections(kind="tcp"):
             if conn.status == psutil.CONN_LISTEN and conn.laddr.port == broker_port and conn.pid:
                 self._procs["broker"] = psutil.Process(conn.pid)
@@ -161,7 +143,9 @@ class CpuSplit:
         self._wall = 0.0
 
     def _cpu(self) -> dict[str, float]:
-        return {name: sum(p.cpu_times()[:2]) for name, p in self._procs.items()}
+        cpu = {name: sum(p.cpu_times()[:2]) for name, p in self._procs.items()}
+        cpu["service"] += sum(sum(p.cpu_times()[:2]) for p in self._children)
+        return cpu
 
     def __enter__(self) -> CpuSplit:
         self._start = self._cpu()
@@ -236,12 +220,24 @@ def _free_port() -> int:
 
 @click.command()
 @click.option("--duration", type=float, default=20.0, show_default=True, help="Unary seconds.")
-@click.option("--concurrency", type=int, default=64, show_default=True)
+@click.option("--concurrency", type=int, default=512, show_default=True, help="Unary in flight.")
 @click.option("--stream-events", type=int, default=200_000, show_default=True)
 @click.option("--batch-size", type=int, default=500, show_default=True)
+@click.option(
+    "--warm-up",
+    type=float,
+    default=15.0,
+    show_default=True,
+    help="Unary seconds before the measured ones: the service and client JVMs compile first.",
+)
 @click.option("--out", type=click.Path(path_type=Path), help="Write the figures as JSON here.")
 def main(
-    duration: float, concurrency: int, stream_events: int, batch_size: int, out: Path | None
+    duration: float,
+    concurrency: int,
+    stream_events: int,
+    batch_size: int,
+    warm_up: float,
+    out: Path | None,
 ) -> None:
     with kafka() as conf, tempfile.TemporaryDirectory() as tmp:
         ensure_topic(conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
@@ -271,9 +267,8 @@ def main(
             wait_for(serving, 60, "the ingest service", poll_s=0.2)
             stub = service_pb2_grpc.CallEventServiceStub(channel)
             broker_port = int(conf["bootstrap.servers"].split(",")[0].rsplit(":", 1)[1])
-            with CpuSplit(server.pid, broker_port) as unary_cpu:
-                unary = unary_load(f"127.0.0.1:{port}", duration, concurrency, first=0)
-            unary |= unary_cpu.per_item_us(unary["requests"])
+            unary_cpu = CpuSplit(server.pid, broker_port)
+            unary = unary_load(port, duration, concurrency, warm_up, unary_cpu)
             with CpuSplit(server.pid, broker_port) as stream_cpu:
                 streaming = stream_load(stub, stream_events, batch_size, first=10_000_000)
             streaming |= stream_cpu.per_item_us(streaming["acknowledged"])

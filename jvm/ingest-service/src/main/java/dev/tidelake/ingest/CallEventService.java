@@ -59,6 +59,7 @@ final class CallEventService {
   private final ExecutorService reads;
   private final StreamSlots slots;
   private final EventWindow allStreams;
+  private final AckDeadlines unaryDeadlines;
   private final ServiceDescriptor service;
   private final Descriptor callSid;
   private final Descriptor batchResult;
@@ -86,6 +87,7 @@ final class CallEventService {
     this.trackResult = batchResult.findFieldByName("refused").getMessageType();
     this.slots = new StreamSlots(config.streamsPerClient(), config.streamsTotal());
     this.allStreams = new EventWindow(config.maxInFlightTotal());
+    this.unaryDeadlines = new AckDeadlines(config.ackTimeoutMs(), timers);
   }
 
   String name() {
@@ -150,22 +152,34 @@ final class CallEventService {
     String key = (String) event.getField(contract.keyField());
     long waitMs = config.ackTimeoutMs();
     Deadline deadline = Context.current().getDeadline();
+    boolean ownDeadline = false;
     if (deadline != null) {
-      waitMs = Math.max(0, Math.min(waitMs, deadline.timeRemaining(TimeUnit.MILLISECONDS) - 50));
+      long remaining = deadline.timeRemaining(TimeUnit.MILLISECONDS) - 50;
+      if (remaining < waitMs) {
+        waitMs = Math.max(0, remaining);
+        ownDeadline = true;
+      }
     }
     AtomicBoolean answered = new AtomicBoolean();
     DynamicMessage reply =
         DynamicMessage.newBuilder(callSid).setField(callSid.findFieldByNumber(1), key).build();
     String late = notInTime(waitMs);
-    ScheduledFuture<?> expiry =
-        timers.schedule(
-            () -> {
-              if (answered.compareAndSet(false, true)) {
-                answer.onError(unavailable(late));
-              }
-            },
-            waitMs,
-            TimeUnit.MILLISECONDS);
+    Runnable expire = () -> answer.onError(unavailable(late));
+    ScheduledFuture<?> expiry = null;
+    if (ownDeadline) {  // the client's deadline is sooner than the shared ack timeout
+      expiry =
+          timers.schedule(
+              () -> {
+                if (answered.compareAndSet(false, true)) {
+                  expire.run();
+                }
+              },
+              waitMs,
+              TimeUnit.MILLISECONDS);
+    } else {
+      unaryDeadlines.watch(answered, expire);
+    }
+    ScheduledFuture<?> timer = expiry;
     try {
       kafka.send(
           key.getBytes(StandardCharsets.UTF_8),
@@ -175,7 +189,9 @@ final class CallEventService {
             if (!answered.compareAndSet(false, true)) {
               return;
             }
-            expiry.cancel(false);
+            if (timer != null) {
+              timer.cancel(false);
+            }
             if (error == null) {
               answer.onNext(reply);
               answer.onCompleted();
@@ -184,7 +200,9 @@ final class CallEventService {
             }
           });
     } catch (KafkaSender.Unavailable e) {
-      expiry.cancel(false);
+      if (timer != null) {
+        timer.cancel(false);
+      }
       if (answered.compareAndSet(false, true)) {
         answer.onError(unavailable(e.getMessage()));
       }
