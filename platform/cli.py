@@ -538,6 +538,7 @@ def serve(
     from tidelake.platform.ingest_listen import ListenError, ServiceSecurity
     from tidelake.platform.ingest_service import (
         IngestSettings,
+        ServiceStopped,
         check_can_serve,
         start_ingest_server,
     )
@@ -576,9 +577,17 @@ def serve(
     ) as stop:
         try:
             server = start_ingest_server(conf, uri, ingest, kafka_unreachable=unreachable)
+        except ServiceStopped:
+            return  # a Ctrl-C while it started: stopped, as asked
         except ListenError as exc:
             raise CliError(str(exc), exit_code=2) from None
-        stop.wait()
+        while not stop.wait(timeout=1.0):
+            # a Ctrl-C reaches the service's JVM too, and it may end before our handler runs
+            if server.exit_code is not None and not stop.wait(timeout=0.5):
+                raise CliError(
+                    f"the ingest service exited unexpectedly (exit code {server.exit_code}); "
+                    "its log above says why"
+                )
         left = server.stop()
     if left:
         raise CliError(

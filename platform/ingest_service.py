@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import signal
 import subprocess
 import tempfile
 import threading
@@ -70,6 +71,15 @@ class IngestSettings:
     security: ServiceSecurity = field(default_factory=ServiceSecurity)
 
 
+class ServiceStopped(Exception):
+    """The service was told to stop (SIGINT, SIGTERM: a Ctrl-C reaches its JVM too) before it
+    listened: not a failure."""
+
+
+_STOPPED = {-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM}
+"""Exit codes of a JVM ended by SIGINT/SIGTERM (128 + n once its shutdown hooks ran)."""
+
+
 class IngestServer:
     """A running ingest service (a JVM child process); stop() is the graceful shutdown."""
 
@@ -81,6 +91,11 @@ class IngestServer:
     @property
     def pid(self) -> int:
         return self._process.pid
+
+    @property
+    def exit_code(self) -> int | None:
+        """None while the service runs."""
+        return self._process.poll()
 
     def stop(self, timeout_s: float = 60.0) -> int:
         """Stop taking calls, let calls in flight finish, flush; returns unacknowledged events."""
@@ -127,6 +142,7 @@ def start_ingest_server(
         [
             java_executable(),
             f"-Xmx{settings.heap_mb}m",
+            "-XX:+ExitOnOutOfMemoryError",
             "-XX:+UseParallelGC",
             "-cp",
             ingest_classpath(),
@@ -152,6 +168,8 @@ def start_ingest_server(
     if port is None:
         process.wait(timeout=30)
         relay.join(timeout=5)
+        if process.returncode in _STOPPED:
+            raise ServiceStopped("the ingest service was stopped before it listened")
         reason = started_error[-1] if started_error else f"exit code {process.returncode}"
         if "the address is taken" in reason:
             check_listen_address(settings.host, settings.port)  # names the holder

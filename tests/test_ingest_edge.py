@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import psutil
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -238,6 +239,34 @@ def test_logs_and_a_broker_mismatch_are_the_services_own_and_named(
     assert "tidelake.ingest: received SIGTERM: stopping: calls in flight finish" in out
     assert "tidelake.streaming.runner" not in out
     assert "not-a-real-secret" not in out
+
+
+def test_serve_ends_with_an_error_when_the_service_dies(
+    kafka_conf: dict[str, Any], closed_port: int, tmp_path: Path
+) -> None:
+    """The service is a JVM that `tidelake serve` started: if it dies, serve says so and ends,
+    rather than waiting on with nothing listening."""
+    process = _serve_command(
+        "--port",
+        str(closed_port),
+        env={
+            "TIDELAKE_LAKE": str(tmp_path / "lake"),
+            "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+        },
+    )
+    channel = grpc.insecure_channel(f"127.0.0.1:{closed_port}")
+    try:
+        grpc.channel_ready_future(channel).result(timeout=30)
+    finally:
+        channel.close()
+    (service,) = psutil.Process(process.pid).children()
+    service.kill()
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == 1, out
+    assert "Traceback" not in out
+    assert out.strip().endswith(
+        "Error: the ingest service exited unexpectedly (exit code -9); its log above says why"
+    ), out
 
 
 def test_a_damaged_table_is_internal_without_the_servers_paths(

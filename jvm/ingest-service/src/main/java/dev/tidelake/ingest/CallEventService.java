@@ -57,6 +57,14 @@ final class CallEventService {
   private final CallLookup lookup;
   private final ScheduledExecutorService timers;
   private final ExecutorService reads;
+  /** Where a batch that waited for room in the windows is sent from. */
+  private final ExecutorService resume =
+      java.util.concurrent.Executors.newSingleThreadExecutor(
+          task -> {
+            Thread thread = new Thread(task, "batch-resume");
+            thread.setDaemon(true);
+            return thread;
+          });
   private final StreamSlots slots;
   private final EventWindow allStreams;
   private final AckDeadlines unaryDeadlines;
@@ -86,7 +94,7 @@ final class CallEventService {
     this.batchResult = service.findMethodByName("trackCalls").getOutputType();
     this.trackResult = batchResult.findFieldByName("refused").getMessageType();
     this.slots = new StreamSlots(config.streamsPerClient(), config.streamsTotal());
-    this.allStreams = new EventWindow(config.maxInFlightTotal());
+    this.allStreams = new EventWindow(config.maxInFlightTotal(), resume);
     this.unaryDeadlines = new AckDeadlines(config.ackTimeoutMs(), timers);
   }
 
@@ -242,7 +250,7 @@ final class CallEventService {
   private final class BatchStream extends ServerCall.Listener<DynamicMessage> {
     private final ServerCall<DynamicMessage, DynamicMessage> call;
     private final String client;
-    private final EventWindow window = new EventWindow(config.maxInFlight());
+    private final EventWindow window = new EventWindow(config.maxInFlight(), resume);
     private int openBatches;
     private boolean halfClosed;
     private boolean closed;
@@ -291,9 +299,16 @@ final class CallEventService {
       send(tracker, nowMs);
     }
 
-    /** Sends the batch once both windows have room; parks it (and stops reading) until then. */
+    /** Sends the batch once both windows have room; parks it (and stops reading) until then.
+     * A batch still parked when its stream ends is dropped: nobody would hear its result. */
     private void send(BatchTracker tracker, long nowMs) {
       int count = tracker.positions.size();
+      synchronized (this) {
+        if (closed) {
+          openBatches--;
+          return;
+        }
+      }
       if (!window.take(count, () -> send(tracker, nowMs))) {
         return;
       }
