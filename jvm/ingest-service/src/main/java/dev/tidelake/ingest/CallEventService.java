@@ -163,7 +163,9 @@ final class CallEventService {
     boolean ownDeadline = false;
     if (deadline != null) {
       long remaining = deadline.timeRemaining(TimeUnit.MILLISECONDS) - 50;
-      if (remaining < waitMs) {
+      // a deadline within a second of the ack timeout (a client's 30 s for our 30 s) shares the
+      // sweep; a sooner one gets its own timer, to answer UNAVAILABLE before it passes
+      if (remaining < waitMs - 1000) {
         waitMs = Math.max(0, remaining);
         ownDeadline = true;
       }
