@@ -16,9 +16,9 @@ help:
 	@echo "make bench-cluster     the throughput benchmark on a Spark standalone cluster and on local[2]"
 	@echo "make broker            run a local Apache Kafka broker (KRaft) in the foreground"
 
-JAVA   := $(shell find jvm/spark-extensions/src -name '*.java')
+JAVA   := $(shell find jvm/spark-extensions/src jvm/ingest-service/src -name '*.java')
 
-$(STAMP): pyproject.toml jvm/pom.xml jvm/spark/pom.xml jvm/kafka-broker/pom.xml jvm/spark-extensions/pom.xml $(JAVA)
+$(STAMP): pyproject.toml jvm/pom.xml jvm/spark/pom.xml jvm/kafka-broker/pom.xml jvm/spark-extensions/pom.xml jvm/ingest-service/pom.xml $(JAVA)
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
 	@command -v mvn >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq maven >/dev/null; } || { echo "need Maven 3.8+ (Debian package maven) for the JVM jars"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
