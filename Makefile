@@ -48,33 +48,33 @@ test: check-protos lint
 	$(BIN)/pytest --timeout=900
 
 unit: $(STAMP)
-	$(BIN)/pytest -m "not integration"
+	$(BIN)/pytest tests/unit
 
 bench: bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly
 
 bench-throughput: $(STAMP)
-	cd tests/bench && ../../$(BIN)/python engine_throughput.py --out ../../bench-results/throughput.json
+	cd bench && ../$(BIN)/python engine_throughput.py --out ../bench-results/throughput.json
 
 bench-cluster: $(STAMP)
-	cd tests/bench && ../../$(BIN)/python engine_throughput.py --skip-floor --also-on-cluster --out ../../bench-results/cluster.json
+	cd bench && ../$(BIN)/python engine_throughput.py --skip-floor --also-on-cluster --out ../bench-results/cluster.json
 
 bench-latency: $(STAMP)
-	cd tests/bench && ../../$(BIN)/python engine_latency.py --out ../../bench-results/latency.json
+	cd bench && ../$(BIN)/python engine_latency.py --out ../bench-results/latency.json
 
 dev: $(STAMP)
 	$(BIN)/tidelake dev
 
 bench-backfill: $(STAMP)
-	cd tests/bench && ../../$(BIN)/python backfill_maintenance.py --out ../../bench-results/backfill.json
+	cd bench && ../$(BIN)/python backfill_maintenance.py --out ../bench-results/backfill.json
 
 bench-quality: $(STAMP)
-	cd tests/bench && ../../$(BIN)/python quality_checks.py --out ../../bench-results/quality.json
+	cd bench && ../$(BIN)/python quality_checks.py --out ../bench-results/quality.json
 
 bench-ingest: $(STAMP)
-	cd tests/bench && ../../$(BIN)/python ingest_load.py --out ../../bench-results/ingest.json
+	cd bench && ../$(BIN)/python ingest_load.py --out ../bench-results/ingest.json
 
 bench-anomaly: $(STAMP)
-	cd tests/bench && ../../$(BIN)/python anomaly_latency.py --out ../../bench-results/anomaly.json
+	cd bench && ../$(BIN)/python anomaly_latency.py --out ../bench-results/anomaly.json
 
 broker: $(STAMP)
 	$(BIN)/tidelake broker

@@ -2,6 +2,11 @@
 
 With KAFKA_BOOTSTRAP_SERVERS set (plus any KAFKA_* client settings) the tests run against that
 cluster instead of starting the local broker.
+
+Tests live in folders by kind, and the folder gives the marker: `unit/` (pure logic: no broker,
+no Spark, no JVM, no database; `make unit`), `integration/` (a real broker, Spark, the ingest
+service's JVM or PostgreSQL), `e2e/` (the whole platform: `tidelake dev`, Dagster, a browser).
+Helpers shared by several folders live here, next to this file (on sys.path through it).
 """
 
 from __future__ import annotations
@@ -19,6 +24,21 @@ import pytest
 from tidelake.platform.local_broker import LocalKafkaBroker
 from tidelake.streaming.kafka_admin import delete_topic
 from tidelake.streaming.settings import kafka_client_config
+
+KINDS = ("unit", "integration", "e2e")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with the kind its folder names; an e2e test is an integration test too."""
+    for item in items:
+        kind = next((part for part in item.path.parts if part in KINDS), None)
+        if kind is None:
+            raise pytest.UsageError(
+                f"{item.nodeid}: a test belongs in tests/unit, tests/integration or tests/e2e"
+            )
+        item.add_marker(kind)
+        if kind == "e2e":
+            item.add_marker("integration")
 
 
 @pytest.fixture(scope="session")

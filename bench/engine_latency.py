@@ -1,0 +1,133 @@
+"""End-to-end latency of the always-on stream, and what an idle stream costs.
+
+Runs `tidelake stream call_events` continuously, produces events at a steady rate, and for
+every event measures (commit time of the Delta version that made it visible) - (its Kafka
+produce timestamp). Prints p50/p90/p99/max and the stream's CPU while idle.
+
+    python bench/engine_latency.py --rate 5000 --duration 60
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+import psutil
+import pyarrow.parquet as pq
+from common import commits, kafka, wait_for, write_figures
+
+from tidelake.platform.produce import produce_demo_events
+from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.kafka_admin import ensure_topic
+
+
+def _tree_cpu_s(pid: int) -> float:
+    root = psutil.Process(pid)
+    total = 0.0
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def _latencies_ms(table: Path, after_version: int) -> np.ndarray:
+    out = []
+    for c in commits(table):
+        if c.version <= after_version:
+            continue
+        for path in c.files:
+            produced_us = pq.read_table(table / path, columns=["kafka_timestamp"]).column(0)
+            out.append(c.timestamp_ms - produced_us.cast("int64").to_numpy() / 1000)
+    return np.concatenate(out) if out else np.array([])
+
+
+@click.command()
+@click.option("--rate", default=5000, show_default=True, help="Events per second.")
+@click.option("--duration", default=60.0, show_default=True, help="Seconds of traffic.")
+@click.option("--idle", default=20.0, show_default=True, help="Seconds to measure idle CPU.")
+@click.option("--trigger", default=None, help="Trigger interval, e.g. '250 milliseconds'.")
+@click.option("--out", type=click.Path(path_type=Path), help="Also write the figures as JSON.")
+def main(rate: int, duration: float, idle: float, trigger: str | None, out: Path | None) -> None:
+    """Produce at a steady rate into a running stream; print latency percentiles and idle CPU."""
+    with kafka() as conf, tempfile.TemporaryDirectory(prefix="tidelake-latency-") as tmp:
+        work = Path(tmp)
+        ensure_topic(conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
+        env = {
+            **os.environ,
+            "KAFKA_BOOTSTRAP_SERVERS": conf["bootstrap.servers"],
+            "TIDELAKE_LAKE": str(work / "lake"),
+            "TIDELAKE_CHECKPOINTS": str(work / "checkpoints"),
+            "TIDELAKE_LOG_LEVEL": "WARNING",
+        }
+        if trigger:
+            env["TIDELAKE_TRIGGER_INTERVAL"] = trigger
+        table = work / "lake" / "call_events"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tidelake.platform.cli", "stream", "call_events"],
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            warm = produce_demo_events(CALL_EVENTS, conf, count=100, seed=1, progress=False)
+            wait_for(lambda: sum(c.rows for c in commits(table)) >= warm.good, 180, "warm-up")
+            warm_version = commits(table)[-1].version
+            time.sleep(3)
+            cpu0 = _tree_cpu_s(proc.pid)
+            time.sleep(idle)
+            idle_core_share = (_tree_cpu_s(proc.pid) - cpu0) / idle
+
+            report = produce_demo_events(
+                CALL_EVENTS,
+                conf,
+                rate=rate,
+                duration_s=duration,
+                malformed_share=0.0,
+                late_share=0.0,
+                seed=2,
+                progress=sys.stderr.isatty(),
+            )
+            expected = warm.good + report.good
+            wait_for(lambda: sum(c.rows for c in commits(table)) >= expected, 120, "all events")
+        finally:
+            proc.send_signal(signal.SIGTERM)  # the driver stops the query gracefully
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        lat = _latencies_ms(table, warm_version)
+        batches = len([c for c in commits(table) if c.version > warm_version and c.rows])
+
+    assert len(lat) == report.good, (len(lat), report.good)
+    figures = {
+        "events": report.good,
+        "achieved_rate": report.rate,
+        "delta_versions": batches,
+        "p50_ms": float(np.percentile(lat, 50)),
+        "p90_ms": float(np.percentile(lat, 90)),
+        "p99_ms": float(np.percentile(lat, 99)),
+        "max_ms": float(lat.max()),
+        "idle_cpu_core_share": idle_core_share,
+    }
+    click.echo(f"{report.good:,} events at {report.rate:,.0f}/s in {batches} Delta versions")
+    click.echo(
+        f"latency p50 {figures['p50_ms']:.0f} ms (target <= 250), "
+        f"p90 {figures['p90_ms']:.0f} ms, p99 {figures['p99_ms']:.0f} ms (target <= 500), "
+        f"max {figures['max_ms']:.0f} ms"
+    )
+    click.echo(f"idle stream CPU: {idle_core_share:.1%} of one core")
+    write_figures(out, figures)
+
+
+if __name__ == "__main__":
+    main()

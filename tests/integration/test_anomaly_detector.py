@@ -1,0 +1,167 @@
+"""The streaming anomaly detector against the local Kafka broker, Spark and Delta."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+import pytest
+from confluent_kafka import Producer
+from kafka_topics import read_values
+from lake_readers import read_delta
+from pyspark.sql import functions as F
+
+from tidelake.protos.anomaly_pb2 import CallAnomaly
+from tidelake.protos.call_pb2 import CallEvent
+from tidelake.streaming.anomaly_detector import AnomalyDetector
+from tidelake.streaming.anomaly_model import minute_windows, train_baselines
+from tidelake.streaming.anomaly_store import ModelInfo, save_model
+from tidelake.streaming.demo_events import ACCOUNTS, Incident, scenario_events
+from tidelake.streaming.flow_stream import await_query
+from tidelake.streaming.kafka_admin import delete_topic
+
+RATE = 600  # calls per minute
+MINUTE_MS = 60_000
+
+
+def send(kafka_conf: dict[str, Any], topic: str, rows: list[dict]) -> None:
+    producer = Producer({**kafka_conf, "enable.idempotence": True, "linger.ms": 5})
+    for r in rows:
+        event = CallEvent(
+            call_sid=f"CA{uuid.uuid4().hex}",
+            account_sid=r["account_sid"],
+            duration=r["duration"],
+            call_state=CallEvent.CallState.Value(r["call_state"]),
+            region=CallEvent.Region.Value(r["region"]),
+            event_time=r["event_time"],
+        )
+        producer.produce(topic, event.SerializeToString(), event.call_sid.encode())
+    assert producer.flush(30) == 0
+
+
+def save_version(spark: Any, settings: Any, version: int, start_ms: int) -> None:
+    rows = pd.DataFrame(scenario_events(version, start_ms, 60, RATE))
+    events = spark.createDataFrame(rows).withColumn("event_time", F.timestamp_millis("event_time"))
+    baselines = train_baselines(minute_windows(events)).toPandas()
+    info = ModelInfo(version, "-", "-", ["-"], day="2026-11-20")
+    save_model(settings.lake.resolve(), baselines, info)
+
+
+class RunningDetector:
+    def __init__(self, spark: Any, detector: AnomalyDetector):
+        self.detector = detector
+        self.query = detector.start(spark)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(
+            target=await_query, args=(self.query, self.stop), daemon=True
+        )
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while self.query.lastProgress is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(60)
+
+
+@pytest.fixture
+def alerts_topic(kafka_conf: dict[str, Any]) -> Iterator[str]:
+    name = f"tidelake-test-alerts-{uuid.uuid4().hex[:8]}"
+    yield name
+    delete_topic(kafka_conf, name)
+
+
+def anomalies(detector: AnomalyDetector) -> pd.DataFrame:
+    try:
+        return read_delta(detector.table_uri).to_pandas()
+    except Exception:  # not created until the first anomaly
+        return pd.DataFrame(columns=["key", "metric", "window_start", "model_version"])
+
+
+def wait_for(check, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.5)
+
+
+def send_burst(
+    kafka_conf: dict[str, Any],
+    topic: str,
+    start_ms: int,
+    minutes: int,
+    seed: int,
+    incidents: list[Incident] | None = None,
+) -> None:
+    """Demo calls for whole minutes, then calls past them in two later micro-batches: the first
+    moves the watermark past the minutes, the second makes a batch that emits them."""
+    send(kafka_conf, topic, scenario_events(seed, start_ms, minutes, RATE, incidents))
+    for n in range(2):
+        time.sleep(2.5)  # more than the trigger interval: a batch of its own
+        send(
+            kafka_conf, topic, scenario_events(seed + n, start_ms + (minutes + 1) * MINUTE_MS, 1, 2)
+        )
+
+
+def test_finds_incidents_reloads_models_and_restarts_at_the_latest_offsets(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any, alerts_topic: str
+) -> None:
+    t0 = (time.time_ns() // 1_000_000 // MINUTE_MS - 30) * MINUTE_MS
+    save_version(spark, engine_settings, 1, t0 - 120 * MINUTE_MS)
+    detector = AnomalyDetector(
+        engine_settings,
+        kafka_conf,
+        flow=flow,
+        alerts_topic=alerts_topic,
+        watermark="5 seconds",
+        trigger_interval="1 second",
+        scores_from_ms=t0,  # the test replays recent minutes instead of waiting for new ones
+    )
+    detector.preflight()
+    running = RunningDetector(spark, detector)
+    try:
+        spike = Incident("failure_spike", ACCOUNTS[0], t0 + 2 * MINUTE_MS, t0 + 4 * MINUTE_MS)
+        send_burst(kafka_conf, flow.topic, t0, 6, seed=10, incidents=[spike])
+        wait_for(lambda: (anomalies(detector)["metric"] == "failure_rate").sum() >= 2)
+        found = anomalies(detector)
+        spikes = found[(found["key"] == ACCOUNTS[0]) & (found["metric"] == "failure_rate")]
+        minutes = {int(ts.timestamp() * 1000) for ts in spikes["window_start"]}
+        assert minutes == {t0 + 2 * MINUTE_MS, t0 + 3 * MINUTE_MS}
+        assert set(found["model_version"]) == {1}
+        normal = found[
+            found["window_start"].map(lambda ts: ts.timestamp() * 1000) < t0 + 2 * MINUTE_MS
+        ]
+        assert normal.empty
+
+        save_version(spark, engine_settings, 2, t0 - 240 * MINUTE_MS)  # a retrained model
+        spike2 = Incident("failure_spike", ACCOUNTS[0], t0 + 9 * MINUTE_MS, t0 + 10 * MINUTE_MS)
+        send_burst(kafka_conf, flow.topic, t0 + 8 * MINUTE_MS, 3, seed=20, incidents=[spike2])
+        wait_for(lambda: (anomalies(detector)["model_version"] == 2).any())
+        newer = anomalies(detector)
+        assert set(newer[newer["model_version"] == 2]["key"]) >= {ACCOUNTS[0]}
+    finally:
+        running.close()
+
+    # while the detector is down, an incident happens; after the restart it is not reported
+    missed = Incident("failure_spike", ACCOUNTS[0], t0 + 14 * MINUTE_MS, t0 + 16 * MINUTE_MS)
+    send_burst(kafka_conf, flow.topic, t0 + 13 * MINUTE_MS, 4, seed=30, incidents=[missed])
+    before = len(anomalies(detector))
+    scored = detector.batches_scored
+    running = RunningDetector(spark, detector)
+    try:
+        send_burst(kafka_conf, flow.topic, t0 + 18 * MINUTE_MS, 3, seed=40)
+        wait_for(lambda: detector.batches_scored > scored)
+        time.sleep(3)
+    finally:
+        running.close()
+    assert len(anomalies(detector)) == before
+
+    values = read_values(kafka_conf, alerts_topic, partitions=[0])
+    alerts = [CallAnomaly.FromString(v) for v in values]
+    assert len(alerts) == before
+    assert {(a.key, a.metric) for a in alerts} >= {(ACCOUNTS[0], "failure_rate")}

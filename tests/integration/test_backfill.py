@@ -1,0 +1,175 @@
+"""Backfills from Kafka by date: same rows as the stream, idempotent, safe beside the stream."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from confluent_kafka import Producer
+from kafka_topics import KEEP_FOREVER, set_retention
+from lake_readers import delta_version, duckdb_query, read_delta
+from live_stream import BackgroundProducer, run_available_now, running_stream, wait_for_rows
+
+from tidelake.platform.produce import produce_demo_events
+from tidelake.streaming.backfill import (
+    BackfillError,
+    date_window,
+    plan_backfill,
+    retention_problem,
+    run_backfill,
+)
+from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.kafka_admin import quiet_client_config
+from tidelake.streaming.kafka_offsets import PartitionEnds
+
+COMPARED = [
+    "call_sid",
+    "account_sid",
+    "duration",
+    "call_state",
+    "region",
+    "event_time",
+    "date",
+    "kafka_partition",
+    "kafka_offset",
+    "kafka_timestamp",
+]
+
+
+def day_rows(uri: str, day: str) -> pa.Table:
+    """One date's rows in a stable order, without the ingest time (it differs by design)."""
+    table = read_delta(uri).select(COMPARED)
+    table = table.filter(pc.equal(table["date"], date.fromisoformat(day)))
+    return table.sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
+
+
+def test_window_spans_skew_before_and_lateness_after() -> None:
+    start, end = date_window(CALL_EVENTS, ["2026-11-20", "2026-11-19"])
+    assert start == datetime(2026, 11, 18, 23, tzinfo=UTC)
+    assert end == datetime(2026, 11, 21, 2, tzinfo=UTC)
+
+
+def test_retention_problem_names_the_earliest_complete_date() -> None:
+    start_ms = int(datetime(2026, 11, 18, 23, tzinfo=UTC).timestamp() * 1000)
+    kept = int(datetime(2026, 11, 19, 6, tzinfo=UTC).timestamp() * 1000)
+    problem = retention_problem(CALL_EVENTS, [kept, start_ms - 5], start_ms)
+    assert problem is not None
+    assert "earliest date still complete in Kafka is 2026-11-20" in problem
+    assert "left as it is" in problem
+    assert retention_problem(CALL_EVENTS, [start_ms], start_ms) is None
+    assert retention_problem(CALL_EVENTS, [], start_ms) is None
+
+
+def test_kafka_time_index_bounds_unordered_timestamps(
+    kafka_conf: dict[str, Any], flow: Any
+) -> None:
+    """first_offsets_after(T) is the first offset stamped after T, and every record before it is
+    stamped at or before T, even with timestamps out of order (CreateTime)."""
+    set_retention(kafka_conf, flow.topic, KEEP_FOREVER)  # stamped 1970
+    producer = Producer(quiet_client_config(kafka_conf))
+    stamps = [1_000, 5_000, 2_000, 9_000, 3_000, 7_000, 4_000]
+    for ts in stamps:
+        producer.produce(flow.topic, b"x", partition=0, timestamp=ts)
+    assert producer.flush(10) == 0
+    probe = PartitionEnds(kafka_conf, "test", 10)
+    try:
+        tp = (flow.topic, 0)
+        for t in (0, 1_000, 4_500, 8_999, 9_000):
+            found = probe.first_offsets_after([tp], t)[tp]
+            expected = next((i for i, ts in enumerate(stamps) if ts > t), None)
+            assert found == expected, t
+    finally:
+        probe.close()
+
+
+def test_backfill_rebuilds_what_the_stream_wrote_and_is_idempotent(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
+) -> None:
+    report = produce_demo_events(
+        flow,
+        kafka_conf,
+        count=4000,
+        days=3,
+        late_share=0.15,
+        malformed_share=0.05,
+        duplicate_share=0.05,
+        seed=11,
+        progress=False,
+    )
+    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
+    day = sorted(report.by_date)[-2]  # yesterday: closed, with late arrivals from today
+    before = day_rows(stream.table_uri, day)
+    assert before.num_rows == report.by_date[day]
+    others = {d: day_rows(stream.table_uri, d) for d in report.by_date if d != day}
+
+    plan = plan_backfill(flow, [day], engine_settings, kafka_conf)
+    assert plan.records < sum(plan.stream_position.values())  # a window, not the whole topic
+    first = run_backfill(spark, plan, engine_settings, kafka_conf)
+    assert first.rows_by_date == {day: report.by_date[day]}
+    assert day_rows(stream.table_uri, day).equals(before)
+    for d, rows in others.items():
+        assert day_rows(stream.table_uri, d).equals(rows)
+
+    again = run_backfill(
+        spark, plan_backfill(flow, [day], engine_settings, kafka_conf), engine_settings, kafka_conf
+    )
+    assert again.table_version == first.table_version + 1
+    assert day_rows(stream.table_uri, day).equals(before)
+    assert duckdb_query(
+        f"select count(*), count(distinct call_sid) from delta_scan('{stream.table_uri}')"
+    ) == [(report.good, report.good)]
+
+
+def test_a_range_is_one_commit(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
+) -> None:
+    report = produce_demo_events(flow, kafka_conf, count=1500, days=3, seed=12, progress=False)
+    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
+    version = delta_version(stream.table_uri)
+    days = sorted(report.by_date)
+    result = run_backfill(
+        spark, plan_backfill(flow, days, engine_settings, kafka_conf), engine_settings, kafka_conf
+    )
+    assert result.table_version == version + 1
+    assert result.rows_by_date == report.by_date
+    keys = read_delta(stream.table_uri).column("call_sid").to_pylist()
+    assert len(keys) == report.good == len(set(keys))
+
+
+def test_backfill_while_the_stream_writes_into_the_same_day(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
+) -> None:
+    history = produce_demo_events(
+        flow, kafka_conf, count=2000, days=2, seed=13, progress=False, collect_keys=True
+    )
+    producer = BackgroundProducer(flow, kafka_conf, count=4000, rate=400, late_share=0.2, seed=14)
+    with running_stream(spark, flow, engine_settings, kafka_conf) as stream:
+        producer.start()
+        time.sleep(0.5)
+        days = sorted({*history.by_date, datetime.now(UTC).date().isoformat()})
+        results = []
+        while producer.is_alive() or not results:  # backfills race the live appends
+            plan = plan_backfill(flow, days, engine_settings, kafka_conf)
+            results.append(run_backfill(spark, plan, engine_settings, kafka_conf))
+        live = producer.join()
+        expected = history.good + live.good
+        wait_for_rows(stream.table_uri, expected)
+    keys = read_delta(stream.table_uri).column("call_sid").to_pylist()
+    assert len(results) >= 2
+    assert len(keys) == expected == len(set(keys))
+    assert set(keys) == set(history.keys) | set(live.keys)
+    dates = Counter(d.isoformat() for d in read_delta(stream.table_uri).column("date").to_pylist())
+    assert dates == Counter(history.by_date) + Counter(live.by_date)
+
+
+def test_backfill_before_the_stream_ran_is_refused(
+    kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
+) -> None:
+    with pytest.raises(BackfillError, match="start the call_events stream"):
+        plan_backfill(flow, ["2026-11-20"], engine_settings, kafka_conf)
+    assert timedelta(0) < flow.allowed_lateness

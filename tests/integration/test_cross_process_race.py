@@ -1,0 +1,144 @@
+"""The stream, backfills, compactions and vacuums as separate processes on one table.
+
+Each process commits to the same Delta log on the local filesystem, as Dagster runs do. Every
+commit must land once (no version written twice, none lost) and every record exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from deltalake import DeltaTable
+from lake_readers import read_delta
+from live_stream import BackgroundProducer
+
+from tidelake.platform.produce import produce_demo_events
+from tidelake.streaming.flows import CALL_EVENTS
+
+ROUNDS = 3
+
+BACKFILL = """
+import sys
+from tidelake.streaming.backfill import backfill_dates
+from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.session import build_spark_session
+from tidelake.streaming.settings import load_engine_settings
+conf = {"bootstrap.servers": sys.argv[1]}
+settings = load_engine_settings()
+backfill_dates(build_spark_session(), CALL_EVENTS, sys.argv[2].split(","), settings, conf)
+"""
+
+COMPACT = """
+import sys
+from tidelake.streaming.table_maintenance import compact_partition
+for day in sys.argv[2].split(","):
+    compact_partition(sys.argv[1], "date", day)
+"""
+
+VACUUM = """
+import sys
+from tidelake.streaming.table_maintenance import vacuum_table
+vacuum_table(sys.argv[1])
+"""
+
+
+def _python(script: str, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _finish(proc: subprocess.Popen[str], name: str) -> None:
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, f"{name} failed:\n{out[-3000:]}"
+
+
+def test_stream_backfill_compaction_and_vacuum_in_separate_processes(
+    kafka_conf: dict[str, Any], call_events_topic: str, tmp_path: Path
+) -> None:
+    flow = CALL_EVENTS
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+        "TIDELAKE_LAKE": str(tmp_path / "lake"),
+        "TIDELAKE_CHECKPOINTS": str(tmp_path / "checkpoints"),
+        "TIDELAKE_MAX_OFFSETS_PER_TRIGGER": "500",
+    }
+    table = str((tmp_path / "lake" / flow.table).resolve())
+    history = produce_demo_events(
+        flow, kafka_conf, count=1500, days=2, seed=31, progress=False, collect_keys=True
+    )
+    stream = subprocess.Popen(
+        [sys.executable, "-m", "tidelake.platform.cli", "stream", flow.name],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        _wait_for_rows(table, 1, stream)
+        producer = BackgroundProducer(flow, kafka_conf, count=3000, rate=100, seed=32)
+        producer.start()
+        days = sorted({*history.by_date, datetime.now(UTC).date().isoformat()})
+        for _ in range(ROUNDS):
+            workers = {
+                "backfill": _python(
+                    BACKFILL, env["KAFKA_BOOTSTRAP_SERVERS"], ",".join(days), env=env
+                ),
+                "compaction": _python(COMPACT, table, ",".join(days), env=env),
+                "vacuum": _python(VACUUM, table, env=env),
+            }
+            for name, proc in workers.items():
+                _finish(proc, name)
+        live = producer.join()
+        expected = history.good + live.good
+        _wait_for_rows(table, expected, stream)
+    finally:
+        stream.send_signal(signal.SIGTERM)
+        out, _ = stream.communicate(timeout=120)
+    assert stream.returncode == 0, out[-3000:]
+
+    keys = read_delta(table).column("call_sid").to_pylist()
+    assert len(keys) == expected == len(set(keys))
+    assert set(keys) == set(history.keys) | set(live.keys)
+    _assert_every_version_intact(table)
+
+
+def _wait_for_rows(table: str, rows: int, stream: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        assert stream.poll() is None, f"the stream exited:\n{stream.stdout.read()[-3000:]}"  # type: ignore[union-attr]
+        try:
+            if read_delta(table).num_rows >= rows:
+                return
+        except Exception:
+            pass
+        time.sleep(1)
+    raise AssertionError(f"{table} did not reach {rows} rows")
+
+
+def _assert_every_version_intact(table: str) -> None:
+    """Commit files 0..latest all exist and parse, each version loads, and the latest snapshot's
+    files exist."""
+    log = Path(table) / "_delta_log"
+    latest = DeltaTable(table).version()
+    for version in range(latest + 1):
+        commit = log / f"{version:020d}.json"
+        assert commit.exists(), f"version {version} is missing from the log"
+        for line in commit.read_text().splitlines():
+            json.loads(line)
+        DeltaTable(table, version=version)
+    for uri in DeltaTable(table).file_uris():
+        assert Path(uri.removeprefix("file://")).exists(), uri

@@ -1,0 +1,175 @@
+"""The backfill, compaction and vacuum as Dagster runs them (in process, real instance)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+import dagster as dg
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+from lake_readers import read_delta
+from live_stream import run_available_now
+
+from tidelake.assets.flow_keys import compaction_key, table_key
+from tidelake.platform.definitions import build_definitions
+from tidelake.platform.produce import produce_demo_events
+from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.kafka_admin import ensure_topic, quiet_client_config
+from tidelake.streaming.kafka_offsets import PartitionEnds
+
+
+@pytest.fixture
+def setup(
+    spark: Any,
+    kafka_conf: dict[str, Any],
+    topic_name: str,
+    engine_settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Any:
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_conf["bootstrap.servers"])
+    flow = dataclasses.replace(CALL_EVENTS, topic=topic_name)
+    ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
+    report = produce_demo_events(flow, kafka_conf, count=2000, days=3, seed=31, progress=False)
+    settings = engine_settings.model_copy(update={"max_offsets_per_trigger": 300})
+    stream = run_available_now(spark, flow, settings, kafka_conf)
+    # the definitions' own resources: Kafka from the environment, Spark's session of this run
+    defs = build_definitions({flow.name: flow}, settings)
+    return flow, report, stream, defs
+
+
+def _asset(defs: dg.Definitions, key: dg.AssetKey) -> dg.AssetsDefinition:
+    return defs.resolve_assets_def(key)
+
+
+def test_materializing_a_date_range_backfills_in_one_run(setup: Any) -> None:
+    flow, report, stream, defs = setup
+    days = sorted(report.by_date)[:2]
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [_asset(defs, table_key(flow))],
+            instance=instance,
+            tags={
+                "dagster/asset_partition_range_start": days[0],
+                "dagster/asset_partition_range_end": days[1],
+            },
+        )
+        assert result.success
+        (materialization,) = result.asset_materializations_for_node(f"backfill_{flow.name}")[:1]
+        records = instance.fetch_materializations(table_key(flow), limit=10).records
+    assert sorted(r.partition_key for r in records) == days  # one run, both partitions
+    assert materialization.metadata["rows_by_date"].value == {d: report.by_date[d] for d in days}
+    keys = read_delta(stream.table_uri).column("call_sid").to_pylist()
+    assert len(keys) == report.good == len(set(keys))
+
+
+def test_backfill_failure_names_the_cause_and_keeps_the_table(
+    setup: Any, engine_settings: Any
+) -> None:
+    flow, report, stream, defs = setup
+    other = dataclasses.replace(flow, name="call_events_elsewhere")  # no stream ever ran
+    defs = build_definitions({other.name: other}, engine_settings)
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [defs.resolve_assets_def(table_key(other))],
+            instance=instance,
+            partition_key=sorted(report.by_date)[0],
+            raise_on_error=False,
+        )
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert "start the call_events_elsewhere stream" in str(failure.event_specific_data.error)
+    assert read_delta(stream.table_uri).num_rows == report.good
+
+
+def test_backfill_of_a_day_kafka_no_longer_holds_fails_before_spark(
+    setup: Any, kafka_conf: dict[str, Any]
+) -> None:
+    """Records of the first day deleted from Kafka (what retention does): its backfill fails in
+    the planning step, which runs before the Spark session is built, and the table is kept."""
+    flow, report, stream, defs = setup
+    first, second = sorted(report.by_date)[:2]
+    second_ms = int(datetime.fromisoformat(second).replace(tzinfo=UTC).timestamp() * 1000)
+    probe = PartitionEnds(kafka_conf, "test", 10)
+    try:
+        cut = probe.first_offsets_after(probe.partitions([flow.topic]), second_ms)
+    finally:
+        probe.close()
+    admin = AdminClient(quiet_client_config(kafka_conf))
+    deleted = admin.delete_records(
+        [TopicPartition(t, p, o) for (t, p), o in cut.items() if o is not None]
+    )
+    for future in deleted.values():
+        future.result(timeout=30)
+    before = read_delta(stream.table_uri)
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [_asset(defs, table_key(flow))],
+            instance=instance,
+            partition_key=first,
+            raise_on_error=False,
+        )
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = str(failure.event_specific_data.error)
+    assert f"Kafka topic {flow.topic!r} no longer holds every record" in message
+    complete = re.search(r"the earliest date still complete in Kafka is (\S+)\.", message)
+    assert complete is not None and complete.group(1) > second  # records of `second` are cut too
+    assert read_delta(stream.table_uri).equals(before)
+
+
+def test_compaction_asset_reports_files_before_and_after(setup: Any) -> None:
+    flow, report, stream, defs = setup
+    day = sorted(report.by_date)[-2]  # yesterday: today is not a partition yet
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [_asset(defs, compaction_key(flow))],
+            instance=instance,
+            partition_key=day,
+            selection=[compaction_key(flow)],
+        )
+    (m,) = result.asset_materializations_for_node(f"lake__{flow.table}_compacted")
+    assert m.metadata["files_before"].value > m.metadata["files_after"].value == 1
+    assert m.metadata["dagster/row_count"].value == report.by_date[day]
+    assert read_delta(stream.table_uri).num_rows == report.good
+
+
+def test_vacuum_job_observes_what_it_removed(setup: Any) -> None:
+    flow, report, stream, defs = setup
+    job = defs.resolve_job_def(f"{flow.name}_vacuum")
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(
+            instance=instance,
+            run_config={"ops": {f"vacuum_{flow.name}": {"config": {"retention_hours": 0}}}},
+        )
+    assert result.success
+    observed = [
+        e.event_specific_data.asset_observation
+        for e in result.all_events
+        if e.event_type_value == "ASSET_OBSERVATION"
+    ]
+    assert {o.asset_key for o in observed} == {
+        table_key(flow),
+        dg.AssetKey(["lake", flow.quarantine_table]),
+    }
+    assert all("vacuum_removed_files" in o.metadata for o in observed)
+    assert read_delta(stream.table_uri).num_rows == report.good
+
+
+def test_compaction_runs_automatically_and_maintenance_shares_a_pool(setup: Any) -> None:
+    flow, _, _, defs = setup
+    compaction = _asset(defs, compaction_key(flow))
+    assert compaction.automation_conditions_by_key[compaction_key(flow)] is not None
+    backfill = _asset(defs, table_key(flow))
+    assert backfill.backfill_policy == dg.BackfillPolicy.single_run()
+    pools = {compaction.op.pool, backfill.op.pool}
+    pools.add(defs.resolve_job_def(f"{flow.name}_vacuum").graph.node_defs[0].pool)
+    assert pools == {f"tidelake_table_{flow.name}"}
+    schedule = defs.resolve_schedule_def(f"{flow.name}_vacuum_daily")
+    assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+    assert defs.resolve_sensor_def("tidelake_automation").default_status == (
+        dg.DefaultSensorStatus.RUNNING
+    )

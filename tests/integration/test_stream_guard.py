@@ -1,0 +1,101 @@
+"""The stream refuses to start on a table that does not match its checkpoint, and keeps Kafka
+secrets out of every log and file it leaves."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lake_readers import read_delta
+from live_stream import cli_available_now, run_available_now
+
+from tidelake.platform.produce import produce_demo_events
+from tidelake.streaming.flow_stream import FlowStream
+from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.kafka_admin import ensure_topic
+from tidelake.streaming.stream_guard import StreamGuardError
+
+
+def _flow(topic: str) -> Any:
+    return dataclasses.replace(CALL_EVENTS, topic=topic)
+
+
+def test_an_older_table_copy_under_a_newer_checkpoint_is_refused_then_replayed(
+    spark: Any, kafka_conf: dict[str, Any], topic_name: str, engine_settings: Any
+) -> None:
+    flow = _flow(topic_name)
+    ensure_topic(kafka_conf, topic_name, flow.topic_partitions)
+    first = produce_demo_events(flow, kafka_conf, count=400, seed=51, progress=False)
+    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
+    copy = Path(stream.table_uri).with_name("table-copy")
+    shutil.copytree(stream.table_uri, copy)
+    second = produce_demo_events(flow, kafka_conf, count=300, seed=52, progress=False)
+    run_available_now(spark, flow, engine_settings, kafka_conf)
+    assert read_delta(stream.table_uri).num_rows == first.good + second.good
+
+    shutil.rmtree(stream.table_uri)  # "restore" the older copy
+    shutil.copytree(copy, stream.table_uri)
+    with pytest.raises(StreamGuardError) as refused:
+        FlowStream(flow, engine_settings, kafka_conf).preflight()
+    message = str(refused.value)
+    assert "has committed batch" in message and "holds its batches only up to" in message
+    assert "--restart-from-table" in message
+    assert read_delta(stream.table_uri).num_rows == first.good  # nothing was written
+
+    # the documented way forward: replay from the table's own position
+    FlowStream(flow, engine_settings, kafka_conf).preflight(restart_from_table=True)
+    run_available_now(spark, flow, engine_settings, kafka_conf)
+    keys = read_delta(stream.table_uri).column("call_sid").to_pylist()
+    assert len(keys) == first.good + second.good == len(set(keys))
+    assert list(Path(stream.checkpoint).parent.glob(f"{flow.name}.retired-*"))
+
+
+def test_a_deleted_data_file_is_refused_with_its_dates(
+    spark: Any, kafka_conf: dict[str, Any], topic_name: str, engine_settings: Any
+) -> None:
+    flow = _flow(topic_name)
+    ensure_topic(kafka_conf, topic_name, flow.topic_partitions)
+    produce_demo_events(flow, kafka_conf, count=200, days=2, seed=53, progress=False)
+    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
+    victim = next(Path(stream.table_uri).glob("date=*/*.parquet"))
+    victim.unlink()
+    with pytest.raises(StreamGuardError) as refused:
+        FlowStream(flow, engine_settings, kafka_conf).preflight()
+    message = str(refused.value)
+    assert "names 1 data file(s) that do not exist" in message
+    assert victim.parent.name.removeprefix("date=") in message
+    assert "repair()" in message
+
+
+def test_a_kafka_password_reaches_no_log_and_no_file_at_debug(
+    kafka_conf: dict[str, Any], call_events_topic: str, tmp_path: Path
+) -> None:
+    password = "s3cret-Pa55-for-the-grep"
+    produce_demo_events(CALL_EVENTS, kafka_conf, count=100, seed=54, progress=False)
+    home = tmp_path / "home"
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+        # SASL settings on a PLAINTEXT listener: both clients are handed the password and
+        # ignore it, so it travels every configuration path without failing the run
+        "KAFKA_SASL_MECHANISM": "PLAIN",
+        "KAFKA_SASL_USERNAME": "tidelake",
+        "KAFKA_SASL_PASSWORD": password,
+        "TIDELAKE_LOG_LEVEL": "DEBUG",
+        "TIDELAKE_HOME": str(home),
+        "TIDELAKE_LAKE": str(tmp_path / "lake"),
+        "TIDELAKE_CHECKPOINTS": str(tmp_path / "checkpoints"),
+        "SPARK_LOCAL_DIRS": str(tmp_path / "spark-local"),
+    }
+    run = cli_available_now(env, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert read_delta(tmp_path / "lake" / "call_events").num_rows > 0
+    assert password not in run.stdout
+    assert password not in run.stderr
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert password.encode() not in path.read_bytes(), f"password found in {path}"

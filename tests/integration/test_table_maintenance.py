@@ -1,0 +1,121 @@
+"""Compaction and vacuum on tables the stream wrote, read back with delta-rs and DuckDB."""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable
+from lake_readers import duckdb_query, read_delta
+from live_stream import BackgroundProducer, run_available_now, running_stream, wait_for_rows
+
+from tidelake.platform.produce import produce_demo_events
+from tidelake.streaming.table_maintenance import compact_partition, vacuum_table
+
+
+@pytest.fixture
+def small_batches(engine_settings: Any) -> Any:
+    return engine_settings.model_copy(update={"max_offsets_per_trigger": 150})
+
+
+def sorted_rows(uri: str) -> Any:
+    table = read_delta(uri).drop_columns(["ingest_time"])
+    return table.sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
+
+
+def test_compaction_shrinks_file_count_and_keeps_content(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, small_batches: Any
+) -> None:
+    report = produce_demo_events(
+        flow, kafka_conf, count=1500, late_share=0, seed=21, progress=False
+    )
+    stream = run_available_now(spark, flow, small_batches, kafka_conf)
+    (day,) = report.by_date
+    before = sorted_rows(stream.table_uri)
+    result = compact_partition(stream.table_uri, "date", day)
+    assert result.before.files >= 8 and result.after.files == 1
+    assert result.before.rows == result.after.rows == report.good
+    assert sorted_rows(stream.table_uri).equals(before)
+    assert duckdb_query(f"select count(*) from delta_scan('{stream.table_uri}')") == [
+        (report.good,)
+    ]
+    assert compact_partition(stream.table_uri, "date", day).after.files == 1  # nothing to do
+
+
+def test_compaction_racing_stream_appends_keeps_exact_counts(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, small_batches: Any
+) -> None:
+    producer = BackgroundProducer(flow, kafka_conf, count=3000, rate=400, late_share=0, seed=22)
+    compactions = []
+    with running_stream(spark, flow, small_batches, kafka_conf) as stream:
+        producer.start()
+        day = datetime.now(UTC).date().isoformat()
+        while producer.is_alive() or len(compactions) < 3:
+            if Path(stream.table_uri, "_delta_log").exists():
+                compactions.append(compact_partition(stream.table_uri, "date", day))
+            time.sleep(0.3)
+        report = producer.join()
+        wait_for_rows(stream.table_uri, report.good)
+    keys = read_delta(stream.table_uri).column("call_sid").to_pylist()
+    assert len(keys) == report.good == len(set(keys))
+    assert set(keys) == set(report.keys)
+    assert sum(c.before.files > c.after.files for c in compactions) >= 2, compactions[-3:]
+
+
+def test_forced_concurrent_compactions_never_duplicate(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, small_batches: Any
+) -> None:
+    report = produce_demo_events(
+        flow, kafka_conf, count=1200, late_share=0, seed=23, progress=False
+    )
+    stream = run_available_now(spark, flow, small_batches, kafka_conf)
+    (day,) = report.by_date
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = list(
+            pool.map(
+                lambda _: _try(lambda: compact_partition(stream.table_uri, "date", day)), range(2)
+            )
+        )
+    assert any(not isinstance(o, Exception) for o in outcomes)
+    keys = read_delta(stream.table_uri).column("call_sid").to_pylist()
+    assert len(keys) == report.good == len(set(keys))
+
+
+def _try(fn: Any) -> Any:
+    try:
+        return fn()
+    except Exception as exc:  # the losing compaction's commit conflict
+        return exc
+
+
+def test_vacuum_removes_orphans_and_compacted_away_files_only_past_retention(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, small_batches: Any
+) -> None:
+    report = produce_demo_events(flow, kafka_conf, count=600, late_share=0, seed=24, progress=False)
+    stream = run_available_now(spark, flow, small_batches, kafka_conf)
+    (day,) = report.by_date
+    orphan = Path(stream.table_uri, f"date={day}", "part-orphan-of-a-failed-batch.parquet")
+    orphan.write_bytes(b"PAR1 not committed")
+    week_ago = time.time() - 8 * 86_400
+    os.utime(orphan, (week_ago, week_ago))
+    compacted = compact_partition(stream.table_uri, "date", day)
+    assert compacted.before.files > 1
+
+    default = vacuum_table(stream.table_uri)  # 7 days: only the old orphan goes
+    assert default.removed_files == 1 and not orphan.exists()
+    assert read_delta(stream.table_uri).num_rows == report.good
+
+    now = vacuum_table(stream.table_uri, retention_hours=0)  # compacted-away files go too
+    assert now.removed_files == compacted.before.files
+    live = {Path(u).name for u in DeltaTable(stream.table_uri).file_uris()}
+    on_disk = {
+        p.name for p in Path(stream.table_uri).rglob("*.parquet") if "_delta_log" not in p.parts
+    }
+    assert on_disk == live
+    assert pc.count_distinct(read_delta(stream.table_uri)["call_sid"]).as_py() == report.good

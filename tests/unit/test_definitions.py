@@ -1,0 +1,132 @@
+"""The Dagster definitions are generated from flow declarations, with what the UI needs."""
+
+from __future__ import annotations
+
+import tomllib
+from datetime import date
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+from flows import PAGE_VIEWS
+
+from tidelake.assets.quality_checks import EXPECTATIONS, QUARANTINE_SHARE, VOLUME
+from tidelake.platform.definitions import build_definitions, defs
+from tidelake.platform.flow_assets import LAG_BELOW_THRESHOLD, STREAM_ALIVE, STREAM_TAG
+from tidelake.streaming.flows import CALL_EVENTS, FLOWS
+from tidelake.streaming.settings import EngineSettings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_defs_load_and_workspace_and_pyproject_name_the_same_module() -> None:
+    dg.Definitions.validate_loadable(defs)
+    workspace = yaml.safe_load((REPO / "workspace.yaml").read_text())
+    (entry,) = workspace["load_from"]
+    module = entry["python_module"]["module_name"]
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert module == pyproject["tool"]["dagster"]["module_name"] == "tidelake.platform.definitions"
+
+
+@pytest.fixture
+def two_flows(tmp_path: Path) -> dg.Definitions:
+    settings = EngineSettings(lake=tmp_path / "lake", checkpoints=tmp_path / "cp")
+    return build_definitions({**FLOWS, PAGE_VIEWS.name: PAGE_VIEWS}, settings)
+
+
+@pytest.mark.parametrize("flow", [CALL_EVENTS, PAGE_VIEWS], ids=lambda f: f.name)
+def test_every_flow_gets_assets_job_sensor_and_checks(
+    two_flows: dg.Definitions, flow: object, tmp_path: Path
+) -> None:
+    graph = two_flows.resolve_asset_graph()
+    table = dg.AssetKey(["lake", flow.name])
+    topic = dg.AssetKey(["kafka", flow.topic])
+    node = graph.get(table)
+    assert node.group_name == flow.name
+    assert node.kinds == {"spark", "delta", "protobuf"}
+    assert graph.get(topic).kinds == {"kafka", "protobuf"}
+    assert node.parent_keys == {topic}
+    assert isinstance(node.partitions_def, dg.DailyPartitionsDefinition)
+    assert node.partitions_def.timezone == "UTC"
+    metadata = node.metadata
+    assert metadata["dagster/uri"] == str(tmp_path / "lake" / flow.name)
+    assert metadata["partition_column"] == flow.partition_column
+    columns = [c.name for c in metadata["dagster/column_schema"].columns]
+    assert flow.key_field in columns and "date" in columns and "_error" not in columns
+    assert dg.AssetKey(["lake", f"{flow.name}_quarantine"]) in graph.get_all_asset_keys()
+    checks = {k.name for k in graph.get_check_keys_for_assets({table})}
+    assert checks == {STREAM_ALIVE, LAG_BELOW_THRESHOLD, EXPECTATIONS, VOLUME, QUARANTINE_SHARE}
+
+    job = two_flows.resolve_job_def(f"{flow.name}_stream")
+    assert job.tags[STREAM_TAG] == flow.name
+    assert job.tags["dagster/max_retries"] == "0"
+    sensor = two_flows.resolve_sensor_def(f"{flow.name}_stream_supervisor")
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    assert sensor.job_name == job.name
+
+
+def test_spark_comes_from_one_lazy_dagster_pyspark_resource() -> None:
+    from dagster_pyspark import LazyPySparkResource
+
+    resources = defs.resources
+    assert isinstance(resources["spark"], LazyPySparkResource)
+    conf = resources["spark"].spark_config
+    assert conf["spark.delta.logStore.file.impl"] == "dev.tidelake.delta.AtomicLocalLogStore"
+    assert conf["spark.sql.session.timeZone"] == "UTC"
+
+
+def test_instance_config_limits_each_stream_to_one_run_and_sets_no_max_runtime() -> None:
+    config = yaml.safe_load((REPO / "platform" / "dagster.yaml").read_text())
+    assert config["run_monitoring"]["enabled"] is True
+    assert "max_runtime_seconds" not in config["run_monitoring"]
+    assert config["run_retries"]["enabled"] is True
+    (limit,) = config["concurrency"]["runs"]["tag_concurrency_limits"]
+    assert limit == {"key": STREAM_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+
+
+def test_instance_config_is_valid_for_dagster(tmp_path: Path) -> None:
+    (tmp_path / "dagster.yaml").write_text((REPO / "platform" / "dagster.yaml").read_text())
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert instance.run_monitoring_enabled and instance.run_retries_enabled
+        limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+        assert limits[0]["key"] == STREAM_TAG
+
+
+def test_call_events_get_the_anomaly_model_and_a_supervised_detector(
+    two_flows: dg.Definitions,
+) -> None:
+    graph = two_flows.resolve_asset_graph()
+    model = graph.get(dg.AssetKey(["models", "call_anomaly_model"]))
+    assert model.parent_keys == {dg.AssetKey(["lake", "call_events"])}
+    assert isinstance(model.partitions_def, dg.DailyPartitionsDefinition)
+    assert model.automation_condition is not None
+    for key in (["lake", "call_anomalies"], ["kafka", "call-anomalies"]):
+        assert graph.get(dg.AssetKey(key)).parent_keys == {
+            dg.AssetKey(["kafka", "call-events"]),
+            model.key,
+        }
+    job = two_flows.resolve_job_def("call_anomaly_detector")
+    assert job.tags[STREAM_TAG] == "call_anomaly_detector"
+    sensor = two_flows.resolve_sensor_def("call_anomaly_detector_supervisor")
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    assert sensor.job_name == job.name
+
+
+def test_partitions_start_at_the_deployments_first_date(tmp_path: Path) -> None:
+    """TIDELAKE_FIRST_DATE moves every partitioned asset's first day; no setting keeps the
+    flow's declared first_date."""
+    settings = EngineSettings(lake=tmp_path / "lake", checkpoints=tmp_path / "cp")
+    default = build_definitions(FLOWS, settings).resolve_asset_graph()
+    first = dg.AssetKey(["lake", CALL_EVENTS.name])
+    assert default.get(first).partitions_def.start.date() == CALL_EVENTS.first_date
+
+    moved = settings.model_copy(update={"first_date": date(2026, 11, 20)})
+    graph = build_definitions(FLOWS, moved).resolve_asset_graph()
+    starts = {
+        node.partitions_def.start.date()
+        for node in graph.asset_nodes
+        if isinstance(node.partitions_def, dg.DailyPartitionsDefinition)
+    }
+    assert starts == {date(2026, 11, 20)}
+    assert CALL_EVENTS.first_date == date(2026, 1, 1)  # the declaration itself is unchanged
