@@ -4,13 +4,14 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help dev venv test lint format protos check-protos unit bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster broker clean
+.PHONY: help dev venv test lint typecheck format protos check-protos unit bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster broker clean
 
 help:
 	@echo "make dev               the whole platform locally; Dagster UI on http://127.0.0.1:3000"
 	@echo "make venv              create $(VENV) and install tidelake with its dev tools"
 	@echo "make test              everything CI checks: generated code, lint, the whole test suite"
-	@echo "make unit              only the tests that need neither broker nor Spark"
+	@echo "make unit              tests/unit: needs no broker, no Spark, no JVM"
+	@echo "make typecheck         mypy, strict on streaming/"
 	@echo "make protos            regenerate Python code from the .proto files"
 	@echo "make bench             throughput and latency benchmarks (minutes; prints figures)"
 	@echo "make bench-cluster     the throughput benchmark on a Spark standalone cluster and on local[2]"
@@ -44,8 +45,11 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-test: check-protos lint
+test: check-protos lint typecheck
 	$(BIN)/pytest --timeout=900
+
+typecheck: $(STAMP)
+	$(BIN)/python scripts/typecheck.py
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit

@@ -9,8 +9,8 @@ from typing import Any
 
 import dagster as dg
 
+from tidelake.assets.dagster_failures import step_failure
 from tidelake.streaming.backfill import (
-    BackfillError,
     BackfillResult,
     backfill_dates,
     plan_backfill,
@@ -41,14 +41,12 @@ def build_table_asset(
     def backfill(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         dates = list(context.partition_keys)
         kafka_conf = context.resources.kafka.client_config()
-        try:
+        with step_failure():
             plan_backfill(flow, dates, settings, kafka_conf)  # refusals before Spark starts
             with host_session(
                 lambda: context.resources.spark.spark_session, settings.spark_master
             ) as spark:
                 result = backfill_dates(spark, flow, dates, settings, kafka_conf)
-        except BackfillError as exc:
-            raise dg.Failure(description=str(exc)) from None
         plan = result.plan
         context.log.info(
             f"backfill {dates[0]}..{dates[-1]}: {plan.records} Kafka records, window "

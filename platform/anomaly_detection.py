@@ -14,6 +14,7 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 
 from tidelake.assets.anomaly_model import MODEL_KEY
+from tidelake.assets.dagster_failures import step_failure
 from tidelake.assets.flow_keys import topic_key
 from tidelake.platform.flow_assets import STREAM_TAG
 from tidelake.platform.resources import KafkaResource
@@ -29,7 +30,6 @@ from tidelake.streaming.anomaly_detector import (
     AnomalyDetector,
 )
 from tidelake.streaming.flow_spec import FlowSpec
-from tidelake.streaming.kafka_admin import KafkaAdminError
 from tidelake.streaming.session import host_session
 from tidelake.streaming.settings import ConfigError, EngineSettings
 
@@ -74,10 +74,8 @@ def build_detector_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefini
     ) -> None:
         conf = kafka.client_config()
         detector = AnomalyDetector(settings, conf, flow=flow)
-        try:
+        with step_failure():
             detector.preflight()
-        except KafkaAdminError as exc:
-            raise dg.Failure(description=str(exc)) from None
         context.log.info(
             f"stream worker pid {os.getpid()}: {flow.topic} -> {detector.table_uri} and "
             f"{detector.alerts_topic}, starting at the latest offsets"

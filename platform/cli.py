@@ -25,7 +25,7 @@ class CliError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        self.exit_code = exit_code  # type: ignore[misc]  # click declares it on the class
 
 
 def kafka_conf() -> dict[str, Any]:
@@ -38,19 +38,15 @@ def kafka_conf() -> dict[str, Any]:
 
 @contextmanager
 def _clean_errors() -> Iterator[None]:
-    """Turn the errors users can fix into one-line messages instead of tracebacks."""
-    from tidelake.platform.local_broker import BrokerError
-    from tidelake.platform.produce import ProduceError
-    from tidelake.streaming.kafka_admin import KafkaAdminError, KafkaUnreachableError
-    from tidelake.streaming.kafka_offsets import KafkaSourceError
-    from tidelake.streaming.settings import ConfigError
+    """tidelake's own errors as one line and their exit code (TidelakeError.exit_code), not a
+    traceback: the one place they are mapped for the command line (the command group applies it
+    to every command too)."""
+    from tidelake.streaming.errors import TidelakeError
 
     try:
         yield
-    except (ConfigError, KafkaUnreachableError) as exc:
-        raise CliError(str(exc), exit_code=2) from None
-    except (KafkaAdminError, KafkaSourceError, BrokerError, ProduceError) as exc:
-        raise CliError(str(exc)) from None
+    except TidelakeError as exc:
+        raise CliError(str(exc), exit_code=exc.exit_code) from None
 
 
 def _configure_logging() -> None:
@@ -106,18 +102,20 @@ _kafka_timeout_option = click.option(
 )
 
 
-class _QuietInterrupts(click.Group):
-    """Ctrl-C is how a user stops a long-running command: exit 130 without click's "Aborted!"
-    (the command has already said what it stopped)."""
+class _Commands(click.Group):
+    """tidelake's own errors end a command as one line (see _clean_errors). Ctrl-C is how a user
+    stops a long-running command: exit 130 without click's "Aborted!" (the command has already
+    said what it stopped)."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
-            return super().invoke(ctx)
+            with _clean_errors():
+                return super().invoke(ctx)
         except KeyboardInterrupt:
             raise click.exceptions.Exit(130) from None
 
 
-@click.group(cls=_QuietInterrupts, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tidelake")
 def main() -> None:
     """tidelake: protobuf events from Kafka into date-partitioned Delta tables."""
@@ -147,18 +145,15 @@ def spark_cluster(workers: int, cores: int, memory: str) -> None:
     """Run a Spark standalone cluster on loopback until Ctrl-C: a master and workers, each its
     own JVM, from pyspark's own jars. Prints TIDELAKE_SPARK_MASTER=spark://...: set it for
     `tidelake stream`, `tidelake dev` or a Dagster deployment to run the engine on it."""
-    from tidelake.platform.spark_cluster import LocalSparkCluster, SparkClusterError
+    from tidelake.platform.spark_cluster import LocalSparkCluster
     from tidelake.streaming.runner import graceful_stop_signals
 
     with graceful_stop_signals(stopping="stopping the Spark cluster") as stop:
-        try:
-            cluster = LocalSparkCluster(workers=workers, cores=cores, worker_memory=memory)
-            with cluster:
-                click.echo(f"TIDELAKE_SPARK_MASTER={cluster.master_url}")
-                click.echo(f"master UI: http://127.0.0.1:{cluster.ui_port}", err=True)
-                stop.wait()
-        except SparkClusterError as exc:
-            raise CliError(str(exc)) from None
+        cluster = LocalSparkCluster(workers=workers, cores=cores, worker_memory=memory)
+        with cluster:
+            click.echo(f"TIDELAKE_SPARK_MASTER={cluster.master_url}")
+            click.echo(f"master UI: http://127.0.0.1:{cluster.ui_port}", err=True)
+            stop.wait()
 
 
 @main.command("kafka-cluster")
@@ -175,19 +170,17 @@ def kafka_cluster(nodes: int, min_insync: int) -> None:
     controller, its own JVM) from the jar cache; topics get NODES replicas. Prints
     KAFKA_BOOTSTRAP_SERVERS=...: set it for `tidelake dev`, `serve` or `stream`."""
     from tidelake.platform.kafka_cluster import LocalKafkaCluster
-    from tidelake.platform.local_broker import BrokerError
     from tidelake.streaming.runner import graceful_stop_signals
 
     if min_insync > nodes:
         raise click.BadParameter(f"at most --nodes ({nodes})", param_hint="'--min-insync'")
-    with graceful_stop_signals(stopping="stopping the Kafka cluster") as stop:
-        try:
-            with LocalKafkaCluster(nodes, min_insync=min_insync) as cluster:
-                click.echo(f"KAFKA_BOOTSTRAP_SERVERS={cluster.bootstrap_servers}")
-                click.echo(f"data and logs in {cluster.folder}", err=True)
-                stop.wait()
-        except BrokerError as exc:
-            raise CliError(str(exc)) from None
+    with (
+        graceful_stop_signals(stopping="stopping the Kafka cluster") as stop,
+        LocalKafkaCluster(nodes, min_insync=min_insync) as cluster,
+    ):
+        click.echo(f"KAFKA_BOOTSTRAP_SERVERS={cluster.bootstrap_servers}")
+        click.echo(f"data and logs in {cluster.folder}", err=True)
+        stop.wait()
 
 
 @main.group()
@@ -535,7 +528,7 @@ def serve(
     _configure_logging()
     import logging
 
-    from tidelake.platform.ingest_listen import ListenError, ServiceSecurity
+    from tidelake.platform.ingest_listen import ServiceSecurity
     from tidelake.platform.ingest_service import (
         IngestSettings,
         ServiceStopped,
@@ -557,10 +550,7 @@ def serve(
     ingest = IngestSettings(host=host, port=port, security=security)
     if ack_timeout is not None:
         ingest = dataclasses.replace(ingest, ack_timeout_s=ack_timeout)
-    try:
-        check_can_serve(ingest)  # before Kafka: a taken port fails at once
-    except ListenError as exc:
-        raise CliError(str(exc), exit_code=2) from None
+    check_can_serve(ingest)  # before Kafka: a taken port fails at once (ListenError, exit 2)
     conf = kafka_conf()
     unreachable = None
     with _clean_errors():
@@ -579,8 +569,6 @@ def serve(
             server = start_ingest_server(conf, uri, ingest, kafka_unreachable=unreachable)
         except ServiceStopped:
             return  # a Ctrl-C while it started: stopped, as asked
-        except ListenError as exc:
-            raise CliError(str(exc), exit_code=2) from None
         while not stop.wait(timeout=1.0):
             # a Ctrl-C reaches the service's JVM too, and it may end before our handler runs
             if server.exit_code is not None and not stop.wait(timeout=0.5):

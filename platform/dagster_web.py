@@ -13,10 +13,12 @@ from typing import Any, TypeVar
 
 import requests
 
+from tidelake.streaming.errors import TidelakeError
+
 T = TypeVar("T")
 
 
-class DagsterWebError(RuntimeError):
+class DagsterWebError(TidelakeError, RuntimeError):
     """The webserver did not answer, or answered with errors."""
 
 

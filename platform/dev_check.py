@@ -7,6 +7,8 @@ run of its stream is STARTED and its Delta table (read with delta-rs) has rows.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 from tidelake.assets.flow_keys import quarantine_key, table_key, topic_key
 from tidelake.platform.dagster_web import DagsterWeb, wait_for
@@ -30,29 +32,29 @@ def check_dev(
     for flow in flows:
         keys = (topic_key(flow), table_key(flow), quarantine_key(flow))
         wanted = {"/".join(k.path) for k in keys}
-        wait_for(
-            lambda wanted=wanted: True if wanted <= set(web.asset_keys()) else None,
-            timeout_s,
-            f"assets {sorted(wanted)}",
-        )
+        wait_for(partial(_listed, web, wanted), timeout_s, f"assets {sorted(wanted)}")
         report(f"assets listed: {', '.join(sorted(wanted))}")
         sensor = supervisor_sensor_name(flow)
-        wait_for(
-            lambda sensor=sensor: True if web.sensor_states().get(sensor) == "RUNNING" else None,
-            timeout_s,
-            f"sensor {sensor} RUNNING",
-        )
+        wait_for(partial(_running, web, sensor), timeout_s, f"sensor {sensor} RUNNING")
         report(f"sensor {sensor}: RUNNING")
         job = stream_job_name(flow)
-        run = wait_for(
-            lambda job=job: next(iter(web.runs(job, ["STARTED"])), None),
-            timeout_s,
-            f"a STARTED run of {job}",
-        )
+        run = wait_for(partial(_started_run, web, job), timeout_s, f"a STARTED run of {job}")
         report(f"stream run {run['runId']}: STARTED")
         uri = str(settings.table_path(flow.table))
-        rows = wait_for(lambda f=flow, u=uri: _rows(u, f), timeout_s, f"rows in {uri}")
+        rows = wait_for(partial(_rows, uri, flow), timeout_s, f"rows in {uri}")
         report(f"table {flow.table}: {rows} rows in {uri}")
+
+
+def _listed(web: DagsterWeb, wanted: set[str]) -> bool | None:
+    return True if wanted <= set(web.asset_keys()) else None
+
+
+def _running(web: DagsterWeb, sensor: str) -> bool | None:
+    return True if web.sensor_states().get(sensor) == "RUNNING" else None
+
+
+def _started_run(web: DagsterWeb, job: str) -> dict[str, Any] | None:
+    return next(iter(web.runs(job, ["STARTED"])), None)
 
 
 def _rows(uri: str, flow: FlowSpec) -> int | None:

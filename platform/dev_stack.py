@@ -30,6 +30,7 @@ from tidelake.platform.local_broker import (
     recorded_broker,
     running_broker,
 )
+from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.kafka_admin import check_reachable, ensure_flow_topics
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 DAGSTER_STOP_GRACE_S = 60.0
 
 
-class DevStackError(RuntimeError):
+class DevStackError(TidelakeError, RuntimeError):
     """A part of the local platform could not start; the message says which."""
 
 

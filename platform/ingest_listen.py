@@ -18,6 +18,8 @@ from pathlib import Path
 
 import psutil
 
+from tidelake.streaming.errors import SetupError
+
 log = logging.getLogger("tidelake.ingest")
 
 
@@ -25,7 +27,7 @@ INGEST_MAIN_CLASS = "dev.tidelake.ingest.IngestMain"
 """The ingest service's JVM entry point (jvm/ingest-service)."""
 
 
-class ListenError(Exception):
+class ListenError(SetupError):
     """The service cannot listen as asked; the message says why and what to do."""
 
 

@@ -62,7 +62,7 @@ class LocalKafkaCluster:
     @property
     def bootstrap_servers(self) -> str:
         """Every node's address: KAFKA_BOOTSTRAP_SERVERS for clients of the cluster."""
-        return ",".join(f"{_HOST}:{broker.node.port}" for broker in self.brokers)
+        return ",".join(f"{_HOST}:{_node(broker).port}" for broker in self.brokers)
 
     def broker(self, node_id: int) -> LocalKafkaBroker:
         return self.brokers[node_id - 1]
@@ -109,3 +109,9 @@ class LocalKafkaCluster:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _node(broker: LocalKafkaBroker) -> KafkaNode:
+    """A cluster's broker is always one of its nodes."""
+    assert broker.node is not None
+    return broker.node

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
 
+from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.jvm_jars import JarsMissingError, broker_classpath
 
 _HOST = "127.0.0.1"
@@ -46,7 +47,7 @@ DEFAULT_HEAP_MB = 512
 _live_brokers: weakref.WeakSet[LocalKafkaBroker] = weakref.WeakSet()
 
 
-class BrokerError(RuntimeError):
+class BrokerError(TidelakeError, RuntimeError):
     """The local broker could not be found, started or kept running."""
 
 

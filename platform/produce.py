@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming.demo_events import Incident, with_incidents
+from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.kafka_admin import quiet_client_config, require_topic
 
@@ -38,7 +39,7 @@ TOO_LATE = "too_late"
 """Kind of poison: a valid event that arrives after its date closed."""
 
 
-class ProduceError(RuntimeError):
+class ProduceError(TidelakeError, RuntimeError):
     """Messages were not delivered; the message says how many and why."""
 
 

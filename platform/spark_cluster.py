@@ -26,12 +26,13 @@ import pyspark
 import requests
 
 from tidelake.platform.local_broker import free_port, java_executable
+from tidelake.streaming.errors import TidelakeError
 
 _HOST = "127.0.0.1"
 _SCALA_VERSION = "2.13"
 
 
-class SparkClusterError(RuntimeError):
+class SparkClusterError(TidelakeError, RuntimeError):
     """The cluster did not come up; the message says which part and where its log is."""
 
 

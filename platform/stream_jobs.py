@@ -14,20 +14,18 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 from pyspark.sql.streaming import StreamingQuery
 
+from tidelake.assets.dagster_failures import step_failure
 from tidelake.assets.flow_keys import table_key
 from tidelake.platform.flow_assets import STREAM_TAG
 from tidelake.platform.resources import KafkaResource
 from tidelake.streaming.dedup import rows_dropped_by_watermark
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.flow_stream import FlowStream, ProgressHandler, await_query
-from tidelake.streaming.kafka_admin import KafkaAdminError
 from tidelake.streaming.kafka_offsets import KafkaSourceError, from_json_offsets
 from tidelake.streaming.runner import graceful_stop_signals
 from tidelake.streaming.session import host_session
 from tidelake.streaming.settings import EngineSettings
-from tidelake.streaming.stream_guard import StreamGuardError
 from tidelake.streaming.stream_status import kafka_ends, stream_lag
-from tidelake.streaming.table_evolution import SchemaChangeError
 
 
 class StreamRunConfig(dg.Config):
@@ -79,10 +77,8 @@ def build_stream_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefiniti
         )
         conf = kafka.client_config()
         stream = FlowStream(flow, run_settings, conf)
-        try:
+        with step_failure():
             stream.preflight()
-        except (KafkaAdminError, StreamGuardError, SchemaChangeError) as exc:
-            raise dg.Failure(description=str(exc)) from None
         context.log.info(
             f"stream worker pid {os.getpid()}: {flow.topic} -> {stream.table_uri} "
             f"(checkpoint {stream.checkpoint})"
@@ -125,10 +121,8 @@ def run_until_stopped(
     end the run canceled) or the query fails (a Failure with its error)."""
     with graceful_stop_signals() as stop:
         query = start()
-        try:
+        with step_failure():
             await_query(query, stop, progress_interval_s, on_progress, explain)
-        except RuntimeError as exc:
-            raise dg.Failure(description=str(exc)) from None
     if stop.is_set():
         context.log.info("stream stopped gracefully; checkpoint is consistent")
         raise dg.DagsterExecutionInterruptedError()

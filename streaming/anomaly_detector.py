@@ -33,7 +33,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from tidelake.protos.anomaly_pb2 import CallAnomaly
 from tidelake.streaming.anomaly_model import (
@@ -45,6 +45,7 @@ from tidelake.streaming.anomaly_model import (
 from tidelake.streaming.anomaly_store import ModelCache
 from tidelake.streaming.decode import ERROR_COLUMN, decode_records
 from tidelake.streaming.flow_spec import FlowSpec
+from tidelake.streaming.flow_stream import StreamFailedError
 from tidelake.streaming.flows import CALL_EVENTS
 from tidelake.streaming.kafka_admin import ensure_topic, quiet_client_config, require_topic
 from tidelake.streaming.kafka_read import stream_records
@@ -138,7 +139,7 @@ class AnomalyDetector:
         return query
 
     def _score_batch(self, batch: DataFrame, batch_id: int) -> None:
-        windows = batch.toPandas()
+        windows: pd.DataFrame = batch.toPandas()
         if not windows.empty:
             first = pd.Timestamp(self.scores_from_ms, unit="ms", tz="UTC")
             windows = windows[pd.to_datetime(windows["window_start"], utc=True) >= first]
@@ -181,7 +182,7 @@ class AnomalyDetector:
             )
         left = self._producer.flush(30)
         if left:
-            raise RuntimeError(f"{left} anomaly alerts were not acknowledged by Kafka")
+            raise StreamFailedError(f"{left} anomaly alerts were not acknowledged by Kafka")
 
     def _commit(self, rows: pa.Table, batch_id: int) -> None:
         try:

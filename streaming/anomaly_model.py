@@ -19,12 +19,17 @@ statistically significant but harmless wobble.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+
+if TYPE_CHECKING:
+    from tidelake.streaming.demo_events import Incident
 
 METRICS = ("volume", "failure_rate", "log_duration")
 KEY_KINDS = {"account": "account_sid", "region": "region"}
@@ -201,7 +206,9 @@ def score_windows(
     return pd.concat(found, ignore_index=True)[columns]
 
 
-def _rows(s: pd.DataFrame, hit: np.ndarray, metric: str, observed, expected, z) -> pd.DataFrame:
+def _rows(
+    s: pd.DataFrame, hit: np.ndarray, metric: str, observed: Any, expected: Any, z: Any
+) -> pd.DataFrame:
     out = s.loc[hit, ["key_kind", "key", "window_start"]].copy()
     out["metric"] = metric
     out["observed"] = np.asarray(observed)[hit]
@@ -242,11 +249,11 @@ class IncidentTruth:
     minutes, which an incident moves too (an account's failures raise its regions' failure
     rate), so alerts there count neither way."""
 
-    windows: frozenset[tuple]
-    collateral: frozenset[tuple]
+    windows: frozenset[tuple[Any, ...]]
+    collateral: frozenset[tuple[Any, ...]]
 
     @classmethod
-    def of(cls, incidents, keys_of: dict[str, str]) -> IncidentTruth:
+    def of(cls, incidents: Iterable[Incident], keys_of: dict[str, str]) -> IncidentTruth:
         """`keys_of` maps an incident key to its key_kind (account or region)."""
         windows, collateral = set(), set()
         for incident in incidents:
@@ -269,7 +276,7 @@ def evaluate(anomalies: pd.DataFrame, windows: pd.DataFrame, truth: IncidentTrut
     alerts = {(r.key_kind, r.key, _utc(r.window_start), r.metric) for r in anomalies.itertuples()}
     touched = {t[:3] for t in truth.windows}
 
-    def ignored(window: tuple) -> bool:
+    def ignored(window: tuple[Any, ...]) -> bool:
         return window in touched or (window[0], window[2]) in truth.collateral
 
     tp = len(alerts & truth.windows)
@@ -283,7 +290,9 @@ def evaluate(anomalies: pd.DataFrame, windows: pd.DataFrame, truth: IncidentTrut
     return Evaluation(tp, fp, len(truth.windows), len(normal), len(alerted_normal))
 
 
-def inject_incidents(windows: pd.DataFrame, incidents, seed: int) -> pd.DataFrame:
+def inject_incidents(
+    windows: pd.DataFrame, incidents: Iterable[Incident], seed: int
+) -> pd.DataFrame:
     """Held-out windows as the incidents would have changed them (same semantics as
     demo_events.with_incidents, applied to the sums): failure_spike fails half the completed
     calls, volume_drop keeps a fifth of the calls, duration_shift makes calls 3 times longer."""
@@ -325,7 +334,7 @@ def inject_incidents(windows: pd.DataFrame, incidents, seed: int) -> pd.DataFram
     return out
 
 
-def _utc(value) -> pd.Timestamp:
+def _utc(value: Any) -> pd.Timestamp:
     """Spark hands timestamps to pandas as naive UTC (the session's time zone)."""
     ts = pd.Timestamp(value)
     return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")

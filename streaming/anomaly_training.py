@@ -19,7 +19,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import pandas as pd
 from deltalake import DeltaTable
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from tidelake.streaming.anomaly_model import (
     ALL_HOURS,
@@ -35,6 +35,7 @@ from tidelake.streaming.anomaly_model import (
 )
 from tidelake.streaming.anomaly_store import ModelInfo, new_version, save_model
 from tidelake.streaming.demo_events import Incident
+from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.stream_status import table_progress
@@ -46,7 +47,7 @@ THIN_DAY_SHARE = 0.25
 """Training days with fewer rows than this share of the held-out day's are left out."""
 
 
-class TrainingError(RuntimeError):
+class TrainingError(TidelakeError, RuntimeError):
     """There is nothing (or not enough) to learn from; the message says what is missing."""
 
 
@@ -115,7 +116,7 @@ def train_model(
     return TrainedModel(info, baselines, evaluation, held_out, anomalies)
 
 
-def _events(spark: SparkSession, table: DeltaTable, flow: FlowSpec, days: list[str]):
+def _events(spark: SparkSession, table: DeltaTable, flow: FlowSpec, days: list[str]) -> DataFrame:
     files = table.file_uris(partition_filters=[(flow.partition_column, "in", days)])
     return spark.read.parquet(*files).select(*EVENT_COLUMNS)
 

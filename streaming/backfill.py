@@ -34,6 +34,7 @@ from tidelake.streaming.dedup import drop_repeats_in_batch
 from tidelake.streaming.delta_commit import replace_partitions
 from tidelake.streaming.delta_files import write_data_files
 from tidelake.streaming.delta_write import good_rows
+from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.kafka_offsets import Offsets, PartitionEnds, from_json_offsets
 from tidelake.streaming.kafka_read import read_records
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 _DAY = timedelta(days=1)
 
 
-class BackfillError(RuntimeError):
+class BackfillError(TidelakeError, RuntimeError):
     """The backfill cannot run; the message says why and what to do."""
 
 
@@ -110,8 +111,8 @@ def plan_backfill(
     finally:
         probe.close()
     done = {tp: max(low[tp], position.get(tp, low[tp])) for tp in partitions}
-    end = {tp: min(done[tp], closed[tp] if closed[tp] is not None else done[tp]) for tp in done}
-    start = {tp: min(end[tp], first[tp] if first[tp] is not None else end[tp]) for tp in partitions}
+    end = {tp: min(done[tp], _or(closed[tp], done[tp])) for tp in done}
+    start = {tp: min(end[tp], _or(first[tp], end[tp])) for tp in partitions}
     return BackfillPlan(flow, tuple(sorted(dates)), version, start, end, position, window)
 
 
@@ -230,3 +231,7 @@ def run_backfill(
         "backfilled %s of %s: %s rows in %.1fs", plan.dates, uri, sum(counts.values()), seconds
     )
     return BackfillResult(plan, counts, progress.version, seconds)
+
+
+def _or(offset: int | None, default: int) -> int:
+    return default if offset is None else offset

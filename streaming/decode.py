@@ -37,6 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.classic.column import Column as ClassicColumn
 from pyspark.sql.classic.column import _to_java_column
 
+from tidelake.streaming.errors import SetupError
 from tidelake.streaming.flow_contract import contract_error
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.table_schema import INGEST_TIME_COLUMN, KAFKA_COLUMNS, table_schema
@@ -135,7 +136,7 @@ def decoded_columns(flow: FlowSpec) -> list[str]:
 
 def table_columns(flow: FlowSpec) -> list[str]:
     """Columns of the flow's Delta table (table_schema.table_schema)."""
-    return table_schema(flow).names
+    return list(table_schema(flow).names)
 
 
 def quarantine_columns(flow: FlowSpec) -> list[str]:
@@ -220,7 +221,7 @@ def _time_error(flow: FlowSpec) -> Column:
     )
 
 
-class DescriptorSetError(RuntimeError):
+class DescriptorSetError(SetupError, RuntimeError):
     """A flow's descriptor set is missing or disagrees with its generated code."""
 
 

@@ -23,8 +23,9 @@ from typing import Any
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from tidelake.streaming.decode import ERROR_COLUMN, INGEST_TIME_COLUMN
+from tidelake.streaming.decode import ERROR_COLUMN
 from tidelake.streaming.flow_spec import FlowSpec
+from tidelake.streaming.table_schema import INGEST_TIME_COLUMN
 
 DEDUP_KEY_COLUMN = "_dedup_key"
 ARRIVAL_COLUMN = "_arrival"

@@ -22,13 +22,14 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.transaction import AddAction, CommitProperties, Transaction
 
 from tidelake.streaming.delta_files import DataFile, table_filesystem
+from tidelake.streaming.errors import TidelakeError
 
 log = logging.getLogger(__name__)
 
 _COMMIT_ATTEMPTS = 5
 
 
-class DeltaCommitError(RuntimeError):
+class DeltaCommitError(TidelakeError, RuntimeError):
     """Files cannot be committed as described; nothing was committed."""
 
 
@@ -106,7 +107,7 @@ def ensure_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str])
 def same_column_type(table_type: pa.DataType, stream_type: pa.DataType) -> bool:
     """Equal up to Arrow's large/view variants, which delta-rs may hand back for strings,
     binaries and lists (also inside structs and lists), and up to field names of list items."""
-    return _base_type(table_type) == _base_type(stream_type)
+    return bool(_base_type(table_type) == _base_type(stream_type))
 
 
 def _base_type(t: pa.DataType) -> pa.DataType:

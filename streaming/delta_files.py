@@ -39,7 +39,8 @@ class DataFile:
 def table_filesystem(table_uri: str) -> tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem and root path of a table URI or local path."""
     if "://" in table_uri:
-        return pafs.FileSystem.from_uri(table_uri)
+        filesystem, path = pafs.FileSystem.from_uri(table_uri)
+        return filesystem, str(path)
     return pafs.LocalFileSystem(), str(table_uri)
 
 
@@ -83,7 +84,7 @@ _UNKNOWN = object()
 
 
 def _has_min_max(t: pa.DataType) -> bool:
-    return (
+    return bool(
         pa.types.is_integer(t)
         or pa.types.is_floating(t)
         or pa.types.is_string(t)

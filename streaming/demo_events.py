@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from tidelake.protos.call_pb2 import CallEvent
 
@@ -89,8 +89,12 @@ def incident_schedule(
     """An incident every `every_s` seconds from start_ms + every_s, `length_s` long, cycling
     through a failure spike on the busiest account, a volume drop in the busiest region and a
     duration shift on the second-busiest account."""
-    plan = [("failure_spike", ACCOUNTS[0]), ("volume_drop", "us1"), ("duration_shift", ACCOUNTS[1])]
-    incidents = []
+    plan: list[tuple[IncidentKind, str]] = [
+        ("failure_spike", ACCOUNTS[0]),
+        ("volume_drop", "us1"),
+        ("duration_shift", ACCOUNTS[1]),
+    ]
+    incidents: list[Incident] = []
     at = start_ms + int(every_s * 1000)
     while at < end_ms:
         kind, key = plan[len(incidents) % len(plan)]
@@ -105,7 +109,7 @@ def scenario_events(
     minutes: int,
     calls_per_minute: float,
     incidents: list[Incident] | None = None,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Demo calls spread evenly over `minutes` from start_ms, with the incidents applied, as rows
     (event_time in ms, account_sid, region, call_state, duration) for a DataFrame."""
     rng = random.Random(seed)

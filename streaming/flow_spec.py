@@ -17,6 +17,8 @@ from typing import Any, Literal
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+from tidelake.streaming.errors import SetupError
+
 EventTimeUnit = Literal["s", "ms", "us"]
 ExpectationsFactory = Callable[[], list[Any]]
 """() -> great_expectations Expectation objects; a function, so that only code that validates
@@ -41,7 +43,7 @@ ENGINE_COLUMNS = (
 """Columns the decoder adds to every flow's rows; no message field may use these names."""
 
 
-class FlowSpecError(ValueError):
+class FlowSpecError(SetupError, ValueError):
     """A flow declaration that cannot work, named with the field at fault."""
 
 
@@ -146,16 +148,17 @@ class FlowSpec:
             raise FlowSpecError(f"flow {self.name}: max_lag must be >= 0")
         if self.topic_partitions < 1:
             raise FlowSpecError(f"flow {self.name}: topic_partitions must be >= 1")
-        for role, name in [
+        checked: list[tuple[str, str | None]] = [
             ("key_field", self.key_field),
             ("event_time_field", self.event_time_field),
             ("dedup_key", self.dedup_key),
             *[(f"field_checks[{n!r}]", n) for n in self.field_checks],
-        ]:
-            if name is not None and not _single_value(fields[name]):
+        ]
+        for role, field_name in checked:
+            if field_name is not None and not _single_value(fields[field_name]):
                 raise FlowSpecError(
-                    f"flow {self.name}: {role} {name!r} must be a single scalar or enum field, "
-                    "not a repeated field or a message"
+                    f"flow {self.name}: {role} {field_name!r} must be a single scalar or enum "
+                    "field, not a repeated field or a message"
                 )
         _check_nesting(self.name, self.message.DESCRIPTOR, ())
         if self.topic in (".", ".."):

@@ -11,7 +11,7 @@ from typing import Any
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from tidelake.streaming.checkpoint_upgrade import (
     lacks_state,
@@ -22,6 +22,7 @@ from tidelake.streaming.checkpoint_upgrade import (
 from tidelake.streaming.decode import decode_records
 from tidelake.streaming.dedup import drop_repeats_in_stream
 from tidelake.streaming.delta_write import MicroBatchWriter, ensure_flow_tables
+from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.kafka_admin import ensure_topic, require_topic
 from tidelake.streaming.kafka_read import (
@@ -158,7 +159,7 @@ def log_progress(query: StreamingQuery, progress: dict[str, Any] | None) -> None
     )
 
 
-class StreamFailedError(RuntimeError):
+class StreamFailedError(TidelakeError, RuntimeError):
     """The streaming query stopped with an error; the message says why in tidelake's terms."""
 
 
@@ -178,7 +179,7 @@ def await_query(
     next_report = time.monotonic() + progress_interval_s
     try:
         while query.isActive and not stop.is_set():
-            query.awaitTermination(0.25)
+            query.awaitTermination(0.25)  # type: ignore[arg-type]  # seconds; pyspark's hint says int
             if time.monotonic() >= next_report and query.isActive:
                 next_report = time.monotonic() + progress_interval_s
                 on_progress(query, query.lastProgress)
@@ -189,4 +190,4 @@ def await_query(
     except StreamingQueryException as exc:
         failure = exc
     if failure is not None:
-        raise StreamFailedError(f"{query.name} failed: {explain(str(failure))}") from None
+        raise StreamFailedError(f"{query.name} failed: {explain(str(failure))}") from failure

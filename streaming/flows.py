@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
+from typing import Any
 
 from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming import demo_events
@@ -19,7 +20,7 @@ MAX_CALL_DURATION_S = 86_400
 the quality checks all apply."""
 
 
-def call_event_expectations() -> list:
+def call_event_expectations() -> list[Any]:
     """What every day of call_events must meet besides the contract (Great Expectations 1.x;
     the contract's own expectations are added by the quality suite)."""
     import great_expectations.expectations as gxe

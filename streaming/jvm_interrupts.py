@@ -31,7 +31,7 @@ from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
-_PY4J_DIR = os.path.dirname(__import__("py4j").__file__) + os.sep
+_PY4J_DIR = os.path.dirname(str(__import__("py4j").__file__)) + os.sep
 _POLL_S = 0.05
 
 

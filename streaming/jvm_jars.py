@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidelake.streaming.errors import SetupError
+
 SPARK_FOLDER = "spark"
 BROKER_FOLDER = "kafka-broker"
 INGEST_FOLDER = "ingest-service"
@@ -32,7 +34,7 @@ FOLDERS = (SPARK_FOLDER, BROKER_FOLDER, INGEST_FOLDER)
 _JAR_NAME = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d+(?:\.[^_]*)?)\.jar$")
 
 
-class JarsMissingError(RuntimeError):
+class JarsMissingError(SetupError, RuntimeError):
     """The jar cache is absent or incomplete; the message says how to fill it."""
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewPartitions, NewTopic
 
+from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.settings import ConfigError
 
@@ -57,12 +58,14 @@ BROKER_DEFAULT_REPLICATION = -1
 """Replication factor meaning "the broker's default.replication.factor" (Kafka 2.4+, KIP-464)."""
 
 
-class KafkaAdminError(RuntimeError):
+class KafkaAdminError(TidelakeError, RuntimeError):
     """A Kafka admin operation failed; the message names the cluster and the topic."""
 
 
 class KafkaUnreachableError(KafkaAdminError):
     """No metadata could be fetched from bootstrap.servers in time."""
+
+    exit_code = 2
 
 
 class TopicConfigError(KafkaAdminError):

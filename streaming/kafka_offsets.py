@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
+from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.kafka_admin import quiet_client_config
 
 TopicPartitionKey = tuple[str, int]
@@ -26,7 +27,7 @@ EARLIEST = -2
 LATEST = -1
 
 
-class KafkaSourceError(RuntimeError):
+class KafkaSourceError(TidelakeError, RuntimeError):
     """The Kafka source cannot go on: a missing topic, lost data, an unreachable broker."""
 
 
@@ -42,9 +43,8 @@ def to_json_offsets(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[
 
 
 def from_json_offsets(doc: Mapping[str, Mapping[str, int]] | str) -> Offsets:
-    if isinstance(doc, str):
-        doc = json.loads(doc)
-    return {(t, int(p)): int(o) for t, parts in doc.items() for p, o in parts.items()}
+    parsed: Mapping[str, Mapping[str, int]] = json.loads(doc) if isinstance(doc, str) else doc
+    return {(t, int(p)): int(o) for t, parts in parsed.items() for p, o in parts.items()}
 
 
 def consumer_config(kafka_conf: Mapping[str, str], group_prefix: str) -> dict[str, object]:
@@ -142,7 +142,7 @@ class PartitionEnds:
                     elif err is not None:
                         raise KafkaSourceError(f"fetch from {tp[0]}/{tp[1]} failed: {err}")
                     else:
-                        found[tp] = (msg.offset(), msg.timestamp()[1])
+                        found[tp] = (int(msg.offset() or 0), msg.timestamp()[1])
                     del pending[tp]
         finally:
             self._consumer.unassign()

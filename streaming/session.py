@@ -124,7 +124,8 @@ def prepare_session(spark: SparkSession) -> SparkSession:
     level = os.environ.get("TIDELAKE_SPARK_LOG_LEVEL", "WARN")
     spark.sparkContext.setLogLevel(level)
     if level.upper() in ("WARN", "ERROR", "FATAL", "OFF"):
-        jvm = spark._jvm  # type: ignore[attr-defined]
+        jvm = spark._jvm
+        assert jvm is not None
         log4j = jvm.org.apache.logging.log4j
         for name in QUIET_JVM_LOGGERS:
             log4j.core.config.Configurator.setLevel(name, log4j.Level.ERROR)

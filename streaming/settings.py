@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
+from tidelake.streaming.errors import SetupError
 from tidelake.streaming.flow_spec import FlowSpec
 
 _SECRET_WORDS = ("password", "secret", "key", "token", "jaas")
@@ -27,7 +28,7 @@ _DURATION = re.compile(rf"\s*(\d+\s*({_UNITS})\s*)+", re.IGNORECASE)
 """What Spark's processing-time trigger parses: one or more '<number> <unit>' parts."""
 
 
-class ConfigError(ValueError):
+class ConfigError(SetupError, ValueError):
     """A setting is missing or invalid; the message names it."""
 
 
@@ -144,7 +145,7 @@ class EngineSettings(BaseSettings):
         return self.checkpoints.resolve() / query
 
 
-def load_engine_settings(**overrides: object) -> EngineSettings:
+def load_engine_settings(**overrides: Any) -> EngineSettings:
     """EngineSettings from TIDELAKE_* variables plus overrides; errors name the variable."""
     try:
         return EngineSettings(**{k: v for k, v in overrides.items() if v is not None})

@@ -152,9 +152,11 @@ def _train(archive: str, work: str) -> None:
     spark.range(1000).selectExpr("sum(id)").collect()
     # The JVM writes the archive as it exits, which it does when our end of its stdin closes.
     # Wait for that here, so the caller finds a complete file.
-    jvm = spark.sparkContext._gateway.proc
+    gateway = spark.sparkContext._gateway
+    assert gateway is not None
+    jvm = gateway.proc
     spark.stop()
-    spark.sparkContext._gateway.shutdown()
+    gateway.shutdown()
     jvm.stdin.close()
     jvm.wait(timeout=300)
 

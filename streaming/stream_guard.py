@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -20,10 +21,11 @@ from deltalake.exceptions import TableNotFoundError
 
 from tidelake.streaming.delta_files import table_filesystem
 from tidelake.streaming.delta_write import app_id
+from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.stream_status import committed_batch
 
 
-class StreamGuardError(RuntimeError):
+class StreamGuardError(TidelakeError, RuntimeError):
     """The stream must not start on this checkpoint and table; the message says what to do."""
 
 
@@ -114,7 +116,7 @@ def check_table_files_exist(flow_name: str, table_uri: str) -> None:
     )
 
 
-def _partition_values(actions: dict[str, list]) -> list[object]:
+def _partition_values(actions: dict[str, list[Any]]) -> list[object]:
     for name, values in actions.items():
         if name.startswith("partition."):
             return values

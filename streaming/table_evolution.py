@@ -32,6 +32,7 @@ from deltalake.schema import Field as DeltaField
 from google.protobuf.descriptor import FieldDescriptor
 
 from tidelake.streaming.delta_commit import create_table, same_column_type
+from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.table_schema import table_schema
 
@@ -49,7 +50,7 @@ _WIDENINGS = {("int32", "int64"), ("sint32", "sint64"), ("uint32", "uint64"), ("
 """Proto type changes that keep every value and its wire encoding."""
 
 
-class SchemaChangeError(RuntimeError):
+class SchemaChangeError(TidelakeError, RuntimeError):
     """The flow's message changed in a way its table cannot follow; nothing was changed."""
 
 
@@ -171,16 +172,17 @@ def _breaking_changes(
 ) -> list[str]:
     """One sentence per change the table cannot follow, each with the way forward."""
     problems = []
-    for role, now, what, defines in (
+    for role, now_name, what, defines in (
         ("key", flow.key_field, "key field", "its rows' identity and deduplication"),
         ("event_time", flow.event_time_field, "event-time field", "its dates and backfills"),
     ):
-        before = next((name for name, c in stored.items() if c.role == role), now)
-        if before != now:
+        before_name = next((name for name, c in stored.items() if c.role == role), now_name)
+        if before_name != now_name:
             problems.append(
-                f"The {what} was {before!r} and is now {now!r}: the table's {defines} are "
-                f"defined by {before!r}. Keep the field's name {before!r}, or declare a new flow "
-                "(its own name and table) for the new contract."
+                f"The {what} was {before_name!r} and is now {now_name!r}: the table's "
+                f"{defines} are defined by {before_name!r}. Keep the field's name "
+                f"{before_name!r}, or declare a new flow (its own name and table) for the new "
+                "contract."
             )
     owners = {c.number: name for name, c in stored.items()}
     free = max([*owners, *(c.number for c in contracts.values())], default=0) + 1

@@ -1,0 +1,23 @@
+"""The root of tidelake's own errors.
+
+A `TidelakeError`'s message says what is wrong and how to fix it, in one line, so that it is
+shown as is: the CLI prints it and exits with `exit_code` (platform/cli.py), a Dagster step fails
+with it as its description (assets/dagster_failures.py). Anything else is a bug, and keeps its
+traceback. Each error class also keeps the builtin base callers knew it by (ValueError for a wrong
+value, RuntimeError for a failed operation).
+"""
+
+from __future__ import annotations
+
+
+class TidelakeError(Exception):
+    """A failure tidelake understands and can explain."""
+
+    exit_code: int = 1
+    """The CLI's exit code: 1 for a failed operation, 2 for a setting or a service to fix first."""
+
+
+class SetupError(TidelakeError):
+    """Something to fix before anything can run: a wrong setting, an unreachable service."""
+
+    exit_code = 2
