@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import subprocess
 import sys
 import time
@@ -53,8 +52,10 @@ def _configure_logging() -> None:
     """Log lines with time and source at $TIDELAKE_LOG_LEVEL (default INFO)."""
     import logging
 
+    from tidelake.streaming.settings import host_settings
+
     logging.basicConfig(
-        level=os.environ.get("TIDELAKE_LOG_LEVEL", "INFO"),
+        level=host_settings().log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
 
@@ -538,13 +539,13 @@ def serve(
     from tidelake.streaming.flows import CALL_EVENTS
     from tidelake.streaming.kafka_admin import KafkaUnreachableError, check_reachable, ensure_topic
     from tidelake.streaming.runner import graceful_stop_signals
-    from tidelake.streaming.settings import load_engine_settings
+    from tidelake.streaming.settings import host_settings, load_engine_settings
 
     security = ServiceSecurity(
         tls_cert=tls_cert,
         tls_key=tls_key,
         client_ca=client_ca,
-        token=os.environ.get("TIDELAKE_INGEST_TOKEN"),
+        token=host_settings().ingest_token,
         allow_plaintext=allow_plaintext,
     )
     ingest = IngestSettings(host=host, port=port, security=security)

@@ -36,6 +36,7 @@ from types import FrameType, TracebackType
 
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.jvm_jars import JarsMissingError, broker_classpath
+from tidelake.streaming.settings import host_settings
 
 _HOST = "127.0.0.1"
 _LOG_NAME = "broker.log"
@@ -459,12 +460,9 @@ def run_foreground(state_file: Path, data_dir: Path) -> int:
     return 0
 
 
-DEFAULT_HOME = ".tidelake"
-
-
 def tidelake_home() -> Path:
     """Folder for local state: $TIDELAKE_HOME, default .tidelake under the current directory."""
-    return Path(os.environ.get("TIDELAKE_HOME") or DEFAULT_HOME)
+    return host_settings().home
 
 
 def broker_state_file() -> Path:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidelake.streaming.errors import SetupError
+from tidelake.streaming.settings import host_settings
 
 SPARK_FOLDER = "spark"
 BROKER_FOLDER = "kafka-broker"
@@ -40,8 +41,8 @@ class JarsMissingError(SetupError, RuntimeError):
 
 def jars_home() -> Path:
     """The jar cache: $TIDELAKE_JARS_DIR, default <virtualenv>/share/tidelake/jars."""
-    configured = os.environ.get("TIDELAKE_JARS_DIR", "").strip()
-    return Path(configured) if configured else Path(sys.prefix) / "share" / "tidelake" / "jars"
+    configured = host_settings().jars_dir
+    return configured or Path(sys.prefix) / "share" / "tidelake" / "jars"
 
 
 def _jars(folder: str, required: tuple[str, ...]) -> list[Path]:

@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from tidelake.streaming import spark_class_archive as class_archive
 from tidelake.streaming.jvm_interrupts import host_interrupts
 from tidelake.streaming.jvm_jars import spark_jars
+from tidelake.streaming.settings import host_settings
 
 DEFAULT_SPARK_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -121,7 +122,7 @@ one line that says so (FlowStream.explain_failure). Their errors still show."""
 
 def prepare_session(spark: SparkSession) -> SparkSession:
     """Quiet Spark's logs on a session, also one built elsewhere (a Dagster resource)."""
-    level = os.environ.get("TIDELAKE_SPARK_LOG_LEVEL", "WARN")
+    level = host_settings().spark_log_level
     spark.sparkContext.setLogLevel(level)
     if level.upper() in ("WARN", "ERROR", "FATAL", "OFF"):
         jvm = spark._jvm

@@ -161,3 +161,45 @@ def load_engine_settings(**overrides: Any) -> EngineSettings:
             f"invalid engine settings: TIDELAKE_{field.upper()}: expected a JSON object, e.g. "
             '{"spark.sql.shuffle.partitions": "4"}'
         ) from None
+
+
+class HostSettings(BaseSettings):
+    """Settings of this machine and process rather than of the engine: where local state and
+    caches live, log levels, the ingest service's token. Read when needed (`host_settings()`),
+    never cached, so a command sees the environment it was started with."""
+
+    model_config = SettingsConfigDict(env_prefix="TIDELAKE_", extra="ignore")
+
+    home: Path = Field(
+        default=Path(".tidelake"), description="local state: the running broker, its data"
+    )
+    jars_dir: Path | None = Field(
+        default=None, description="the jar cache; default <virtualenv>/share/tidelake/jars"
+    )
+    cache: Path | None = Field(
+        default=None, description="the Spark class archive; default ~/.cache/tidelake"
+    )
+    log_level: str = Field(default="INFO", description="log level of tidelake's own logs")
+    spark_log_level: str = Field(default="WARN", description="log level of Spark's logs")
+    ingest_token: str | None = Field(
+        default=None, description="bearer token every CallEventService call must carry"
+    )
+    dagster_postgres_url: str | None = Field(
+        default=None, description="Dagster's storage on PostgreSQL (postgresql+psycopg2://...)"
+    )
+
+    @field_validator("jars_dir", "cache", "ingest_token", "dagster_postgres_url", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+
+def host_settings() -> HostSettings:
+    """HostSettings from TIDELAKE_* variables; errors name the variable."""
+    try:
+        return HostSettings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"TIDELAKE_{str(err['loc'][0]).upper()}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"invalid settings: {problems}") from exc

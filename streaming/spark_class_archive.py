@@ -23,11 +23,12 @@ from typing import Any
 import pyspark
 
 from tidelake.streaming.jvm_jars import SPARK_FOLDER, jars_home
+from tidelake.streaming.settings import host_settings
 
 
 def archive_path() -> Path:
     """Where the archive for this JDK and this pyspark install lives."""
-    cache = Path(os.environ.get("TIDELAKE_CACHE") or Path.home() / ".cache" / "tidelake")
+    cache = host_settings().cache or Path.home() / ".cache" / "tidelake"
     return cache / f"spark-classes-{_install_key()}.jsa"
 
 
