@@ -36,6 +36,7 @@ from tidelake.platform.ingest_listen import (
 from tidelake.platform.local_broker import java_executable
 from tidelake.protos import service_pb2
 from tidelake.streaming.decode import load_descriptor_set
+from tidelake.streaming.engine_columns import KAFKA_OFFSET
 from tidelake.streaming.flow_contract import service_contract
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.flows import CALL_EVENTS
@@ -208,6 +209,7 @@ def _service_config(
         "topic": flow.topic,
         "table_uri": table_uri,
         "table": flow.table,
+        "offset_column": KAFKA_OFFSET,
         "contract": service_contract(flow)
         | {"descriptor_set": base64.b64encode(descriptors).decode()},
     }

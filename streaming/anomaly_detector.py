@@ -43,7 +43,8 @@ from tidelake.streaming.anomaly_model import (
     with_silent_keys,
 )
 from tidelake.streaming.anomaly_store import ModelCache
-from tidelake.streaming.decode import ERROR_COLUMN, decode_records
+from tidelake.streaming.decode import decode_records
+from tidelake.streaming.engine_columns import ERROR_COLUMN
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.flow_stream import StreamFailedError
 from tidelake.streaming.flows import CALL_EVENTS

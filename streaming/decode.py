@@ -37,14 +37,23 @@ from pyspark.sql import functions as F
 from pyspark.sql.classic.column import Column as ClassicColumn
 from pyspark.sql.classic.column import _to_java_column
 
+from tidelake.streaming.engine_columns import (
+    ERROR_COLUMN,
+    INGEST_TIME_COLUMN,
+    KAFKA_COLUMNS,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_POSITION,
+    KAFKA_TIMESTAMP,
+    KAFKA_TOPIC,
+    RAW_KEY_COLUMN,
+    RAW_VALUE_COLUMN,
+)
 from tidelake.streaming.errors import SetupError
 from tidelake.streaming.flow_contract import contract_error
 from tidelake.streaming.flow_spec import FlowSpec
-from tidelake.streaming.table_schema import INGEST_TIME_COLUMN, KAFKA_COLUMNS, table_schema
+from tidelake.streaming.table_schema import table_schema
 
-ERROR_COLUMN = "_error"
-RAW_KEY_COLUMN = "_key"
-RAW_VALUE_COLUMN = "_value"
 QUARANTINE_SOURCE_COLUMNS = (
     *KAFKA_COLUMNS,
     INGEST_TIME_COLUMN,
@@ -80,9 +89,9 @@ def decode_records(
         message,
         records["key"].alias(RAW_KEY_COLUMN),
         records["value"].alias(RAW_VALUE_COLUMN),
-        records["topic"].alias("kafka_topic"),
-        records["partition"].alias("kafka_partition"),
-        records["offset"].alias("kafka_offset"),
+        records["topic"].alias(KAFKA_TOPIC),
+        records["partition"].alias(KAFKA_PARTITION),
+        records["offset"].alias(KAFKA_OFFSET),
         F.current_timestamp().alias(INGEST_TIME_COLUMN),
         records["timestamp"],
     )
@@ -97,8 +106,8 @@ def decode_records(
         contract_error(flow, F.col("_message")).alias("_contract_error"),
         raw_time.alias("_raw_time"),
         event_us.alias("_event_us"),
-        kafka_time.alias("kafka_timestamp"),
-        *[F.col(c) for c in ("kafka_topic", "kafka_partition", "kafka_offset")],
+        kafka_time.alias(KAFKA_TIMESTAMP),
+        *[F.col(c) for c in KAFKA_POSITION],
         F.col(INGEST_TIME_COLUMN),
         F.col(RAW_KEY_COLUMN),
         F.col(RAW_VALUE_COLUMN),
@@ -184,7 +193,7 @@ def _behind_a_later_record(flow: FlowSpec, kafka_conf: Mapping[str, str]) -> Col
         raise RuntimeError("decode_records needs an active SparkSession")
     index = spark._jvm.dev.tidelake.spark.KafkaTimeIndex  # type: ignore[union-attr]
     behind = index.behind(
-        *(_to_java_column(F.col(c)) for c in ("kafka_topic", "kafka_partition", "kafka_offset")),
+        *(_to_java_column(F.col(c)) for c in KAFKA_POSITION),
         _to_java_column(_closes_ms(F.col("_event_us"), flow)),
         java_client_options(kafka_conf),
         int(KAFKA_TIMEOUT_S * 1000),

@@ -23,9 +23,14 @@ from typing import Any
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from tidelake.streaming.decode import ERROR_COLUMN
+from tidelake.streaming.engine_columns import (
+    ERROR_COLUMN,
+    INGEST_TIME_COLUMN,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_POSITION,
+)
 from tidelake.streaming.flow_spec import FlowSpec
-from tidelake.streaming.table_schema import INGEST_TIME_COLUMN
 
 DEDUP_KEY_COLUMN = "_dedup_key"
 ARRIVAL_COLUMN = "_arrival"
@@ -49,7 +54,7 @@ def drop_repeats_in_batch(rows: DataFrame, flow: FlowSpec) -> DataFrame:
     if flow.dedup_key is None:
         return rows
     # repeats of a key share its Kafka partition; the stream keeps the first it reads
-    by_key = Window.partitionBy(DEDUP_KEY_COLUMN).orderBy("kafka_partition", "kafka_offset")
+    by_key = Window.partitionBy(DEDUP_KEY_COLUMN).orderBy(KAFKA_PARTITION, KAFKA_OFFSET)
     gap_us = F.unix_micros(ARRIVAL_COLUMN) - F.unix_micros(F.lag(ARRIVAL_COLUMN).over(by_key))
     window_us = int(flow.allowed_lateness.total_seconds() * 1_000_000)
     return (
@@ -70,7 +75,7 @@ def rows_dropped_by_watermark(progress: dict[str, Any]) -> int:
 def _with_dedup_columns(df: DataFrame, flow: FlowSpec) -> DataFrame:
     assert flow.dedup_key is not None
     # poison records are never repeats of each other: each is keyed by its own Kafka position
-    position = F.concat_ws("/", F.lit("record"), "kafka_topic", "kafka_partition", "kafka_offset")
+    position = F.concat_ws("/", F.lit("record"), *KAFKA_POSITION)
     key = F.concat(F.lit("key/"), F.col(flow.dedup_key).cast("string"))
     return df.withColumns(
         {

@@ -32,9 +32,10 @@ from pyspark.sql import Column, DataFrame, Observation, Row
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from tidelake.streaming.decode import ERROR_COLUMN, quarantine_columns, table_columns
+from tidelake.streaming.decode import quarantine_columns, table_columns
 from tidelake.streaming.delta_commit import commit_files, ensure_table, table_transaction
 from tidelake.streaming.delta_files import write_arrow_files, write_data_files
+from tidelake.streaming.engine_columns import ERROR_COLUMN
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.table_evolution import evolve_table
 

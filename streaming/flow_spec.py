@@ -17,6 +17,7 @@ from typing import Any, Literal
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+from tidelake.streaming.engine_columns import ENGINE_COLUMNS
 from tidelake.streaming.errors import SetupError
 
 EventTimeUnit = Literal["s", "ms", "us"]
@@ -28,19 +29,6 @@ DemoEventFactory = Callable[[random.Random, int], Message]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-
-
-ENGINE_COLUMNS = (
-    "kafka_topic",
-    "kafka_partition",
-    "kafka_offset",
-    "kafka_timestamp",
-    "ingest_time",
-    "_error",
-    "_key",
-    "_value",
-)
-"""Columns the decoder adds to every flow's rows; no message field may use these names."""
 
 
 class FlowSpecError(SetupError, ValueError):

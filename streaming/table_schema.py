@@ -10,11 +10,16 @@ from __future__ import annotations
 import pyarrow as pa
 from google.protobuf.descriptor import FieldDescriptor
 
+from tidelake.streaming.engine_columns import (
+    INGEST_TIME_COLUMN,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_TIMESTAMP,
+    KAFKA_TOPIC,
+)
 from tidelake.streaming.flow_spec import FlowSpec
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
-KAFKA_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp")
-INGEST_TIME_COLUMN = "ingest_time"
 
 _ARROW_TYPES = {
     FieldDescriptor.TYPE_STRING: pa.string(),
@@ -47,10 +52,10 @@ def table_schema(flow: FlowSpec) -> pa.Schema:
         [
             *fields,
             pa.field(flow.partition_column, pa.date32()),
-            pa.field("kafka_topic", pa.string()),
-            pa.field("kafka_partition", pa.int32()),
-            pa.field("kafka_offset", pa.int64()),
-            pa.field("kafka_timestamp", TIMESTAMP),
+            pa.field(KAFKA_TOPIC, pa.string()),
+            pa.field(KAFKA_PARTITION, pa.int32()),
+            pa.field(KAFKA_OFFSET, pa.int64()),
+            pa.field(KAFKA_TIMESTAMP, TIMESTAMP),
             pa.field(INGEST_TIME_COLUMN, TIMESTAMP),
         ]
     )

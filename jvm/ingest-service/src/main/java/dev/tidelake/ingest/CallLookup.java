@@ -34,14 +34,15 @@ import org.apache.hadoop.conf.Configuration;
  * on the event time go to the later Kafka offset.
  */
 final class CallLookup {
-  private static final String OFFSET = "kafka_offset";
-
   private final String tableUri;
+  /** The engine's Kafka offset column (streaming/engine_columns.py), the tie-breaker. */
+  private final String offsetColumn;
   private final FlowContract contract;
   private final Engine engine = DefaultEngine.create(new Configuration());
 
-  CallLookup(String tableUri, FlowContract contract) {
+  CallLookup(String tableUri, String offsetColumn, FlowContract contract) {
     this.tableUri = tableUri;
+    this.offsetColumn = offsetColumn;
     this.contract = contract;
   }
 
@@ -62,14 +63,14 @@ final class CallLookup {
         columns.add(tableSchema.get(f.getName()));
       }
     }
-    columns.add(tableSchema.get(OFFSET));
+    columns.add(tableSchema.get(offsetColumn));
     StructType readSchema = new StructType(columns);
     Scan scan = snapshot.getScanBuilder().withReadSchema(readSchema).build();
     Row scanState = scan.getScanState(engine);
     StructType physical = ScanStateRow.getPhysicalDataReadSchema(scanState);
     int keyColumn = readSchema.indexOf(contract.keyField().getName());
     int timeColumn = readSchema.indexOf(contract.eventTimeField().getName());
-    int offsetColumn = readSchema.indexOf(OFFSET);
+    int offsetIndex = readSchema.indexOf(offsetColumn);
     Object[] best = null;
     long bestTime = Long.MIN_VALUE;
     long bestOffset = Long.MIN_VALUE;
@@ -94,7 +95,7 @@ final class CallLookup {
                       continue;
                     }
                     long time = row.isNullAt(timeColumn) ? Long.MIN_VALUE : row.getLong(timeColumn);
-                    long offset = row.isNullAt(offsetColumn) ? Long.MIN_VALUE : row.getLong(offsetColumn);
+                    long offset = row.isNullAt(offsetIndex) ? Long.MIN_VALUE : row.getLong(offsetIndex);
                     if (best == null || time > bestTime || (time == bestTime && offset > bestOffset)) {
                       best = copy(row, readSchema);
                       bestTime = time;

@@ -37,6 +37,7 @@ record IngestConfig(
     String topic,
     String tableUri,
     String tableName,
+    String offsetColumn,
     JsonObject contract) {
 
   static IngestConfig read(Path file) throws IOException {
@@ -68,6 +69,7 @@ record IngestConfig(
         o.get("topic").getAsString(),
         o.get("table_uri").getAsString(),
         o.get("table").getAsString(),
+        o.get("offset_column").getAsString(),
         o.getAsJsonObject("contract"));
   }
 

@@ -79,7 +79,7 @@ public final class IngestMain {
     ExecutorService reads = Executors.newFixedThreadPool(2);
     CallEventService calls =
         new CallEventService(
-            config, file, contract, kafka, new CallLookup(config.tableUri(), contract), timers, reads);
+            config, file, contract, kafka, new CallLookup(config.tableUri(), config.offsetColumn(), contract), timers, reads);
     HealthStatusManager health = new HealthStatusManager();
     NettyServerBuilder builder =
         NettyServerBuilder.forAddress(new InetSocketAddress(config.host(), config.port()))
