@@ -29,8 +29,6 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 from confluent_kafka import Producer
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -44,6 +42,8 @@ from tidelake.streaming.anomaly_model import (
 )
 from tidelake.streaming.anomaly_store import ModelCache
 from tidelake.streaming.decode import decode_records
+from tidelake.streaming.delta_commit import append_rows_once
+from tidelake.streaming.delta_write import app_id
 from tidelake.streaming.engine_columns import ERROR_COLUMN
 from tidelake.streaming.flow_spec import FlowSpec
 from tidelake.streaming.flow_stream import StreamFailedError
@@ -136,7 +136,7 @@ class AnomalyDetector:
             .trigger(processingTime=self.trigger_interval)
             .start()
         )
-        self._app_id = f"tidelake-detector-{query.id}"
+        self._app_id = app_id(str(query.id), writer="detector")
         return query
 
     def _score_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -186,20 +186,8 @@ class AnomalyDetector:
             raise StreamFailedError(f"{left} anomaly alerts were not acknowledged by Kafka")
 
     def _commit(self, rows: pa.Table, batch_id: int) -> None:
-        try:
-            done = DeltaTable(self.table_uri).transaction_version(self._app_id)
-        except TableNotFoundError:
-            done = None
-        if done is not None and done >= batch_id:
-            return  # a replay of a committed batch
-        write_deltalake(
-            self.table_uri,
-            rows,
-            mode="append",
-            partition_by=["date"],
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=self._app_id, version=batch_id)]
-            ),
+        append_rows_once(
+            self.table_uri, rows, partition_by=["date"], app_id=self._app_id, version=batch_id
         )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, CommitProperties, Transaction
 
@@ -204,6 +204,41 @@ def commit_files(
             continue
         table.update_incremental()
         return CommitResult(table_uri, table.version(), len(files), rows, skipped=False)
+    raise AssertionError("unreachable")
+
+
+def append_rows_once(
+    table_uri: str,
+    rows: pa.Table,
+    *,
+    partition_by: Sequence[str],
+    app_id: str,
+    version: int,
+) -> bool:
+    """Append rows written by delta-rs in one transaction, once per (app_id, version), like
+    commit_files for files Spark wrote: a replayed batch is skipped, a concurrent commit re-checked.
+    True if this call committed them."""
+    for attempt in range(1, _COMMIT_ATTEMPTS + 1):
+        done = table_transaction(table_uri, app_id)
+        if done is not None and done >= version:
+            log.info("%s: batch %s of %s already committed, skipping", table_uri, version, app_id)
+            return False
+        try:
+            write_deltalake(
+                table_uri,
+                rows,
+                mode="append",
+                partition_by=list(partition_by) or None,
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(app_id, version, int(time.time() * 1000))],
+                    custom_metadata={"tidelake.app_id": app_id, "tidelake.batch": version},
+                ),
+            )
+            return True
+        except CommitFailedError as exc:
+            log.warning("%s: commit attempt %s failed: %s", table_uri, attempt, exc)
+            if attempt == _COMMIT_ATTEMPTS:
+                raise
     raise AssertionError("unreachable")
 
 

@@ -44,9 +44,10 @@ log = logging.getLogger(__name__)
 APP_ID_PREFIX = "tidelake-"
 
 
-def app_id(query_id: str) -> str:
-    """The Delta application transaction id of a stream's query (one per checkpoint)."""
-    return f"{APP_ID_PREFIX}{query_id}"
+def app_id(query_id: str, writer: str = "") -> str:
+    """The Delta application transaction id of a stream's query (one per checkpoint);
+    `writer` tells apart other writers of tidelake's tables (the anomaly detector)."""
+    return f"{APP_ID_PREFIX}{writer + '-' if writer else ''}{query_id}"
 
 
 def good_rows(rows: DataFrame, flow: FlowSpec) -> DataFrame:
