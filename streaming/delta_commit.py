@@ -176,21 +176,15 @@ def commit_files(
     ]
     table = _open_table(table_uri, schema, partition_by)
     for attempt in range(1, _COMMIT_ATTEMPTS + 1):
-        done = table.transaction_version(app_id)
-        if done is not None and done >= version:
-            log.info("%s: batch %s of %s already committed, skipping", table_uri, version, app_id)
+        if _committed_already(table.transaction_version(app_id), table_uri, app_id, version):
             return CommitResult(table_uri, None, len(files), rows, skipped=True)
-        txn = Transaction(app_id, version, int(time.time() * 1000))
         try:
             table.create_write_transaction(
                 actions,
                 "append",
                 schema,
                 list(partition_by) or None,
-                commit_properties=CommitProperties(
-                    app_transactions=[txn],
-                    custom_metadata={"tidelake.app_id": app_id, "tidelake.batch": version},
-                ),
+                commit_properties=_batch_commit(app_id, version),
             )
         except CommitFailedError as exc:
             # a concurrent commit (a zombie writer of the same batch, or a metadata change):
@@ -219,9 +213,7 @@ def append_rows_once(
     commit_files for files Spark wrote: a replayed batch is skipped, a concurrent commit re-checked.
     True if this call committed them."""
     for attempt in range(1, _COMMIT_ATTEMPTS + 1):
-        done = table_transaction(table_uri, app_id)
-        if done is not None and done >= version:
-            log.info("%s: batch %s of %s already committed, skipping", table_uri, version, app_id)
+        if _committed_already(table_transaction(table_uri, app_id), table_uri, app_id, version):
             return False
         try:
             write_deltalake(
@@ -229,10 +221,7 @@ def append_rows_once(
                 rows,
                 mode="append",
                 partition_by=list(partition_by) or None,
-                commit_properties=CommitProperties(
-                    app_transactions=[Transaction(app_id, version, int(time.time() * 1000))],
-                    custom_metadata={"tidelake.app_id": app_id, "tidelake.batch": version},
-                ),
+                commit_properties=_batch_commit(app_id, version),
             )
             return True
         except CommitFailedError as exc:
@@ -240,6 +229,23 @@ def append_rows_once(
             if attempt == _COMMIT_ATTEMPTS:
                 raise
     raise AssertionError("unreachable")
+
+
+def _committed_already(done: int | None, table_uri: str, app_id: str, version: int) -> bool:
+    """Whether the table's app transaction `done` already holds batch `version` (a replay)."""
+    if done is not None and done >= version:
+        log.info("%s: batch %s of %s already committed, skipping", table_uri, version, app_id)
+        return True
+    return False
+
+
+def _batch_commit(app_id: str, version: int) -> CommitProperties:
+    """What a batch's commit records: the app transaction that makes it happen once, and the
+    batch in the commit's own metadata."""
+    return CommitProperties(
+        app_transactions=[Transaction(app_id, version, int(time.time() * 1000))],
+        custom_metadata={"tidelake.app_id": app_id, "tidelake.batch": version},
+    )
 
 
 def replace_partitions(
