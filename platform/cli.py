@@ -31,15 +31,14 @@ def kafka_conf() -> dict[str, Any]:
     """librdkafka config: KAFKA_* variables if set, else the local broker of `tidelake broker`."""
     from tidelake.platform.local_broker import resolve_kafka_conf
 
-    with _clean_errors():
-        return resolve_kafka_conf()
+    return resolve_kafka_conf()
 
 
 @contextmanager
 def _clean_errors() -> Iterator[None]:
     """tidelake's own errors as one line and their exit code (TidelakeError.exit_code), not a
-    traceback: the one place they are mapped for the command line (the command group applies it
-    to every command too)."""
+    traceback: the one place they are mapped for the command line, applied by the command group
+    to every command."""
     from tidelake.streaming.errors import TidelakeError
 
     try:
@@ -65,12 +64,7 @@ def _declared_flows() -> dict[str, Any]:
     from tidelake.streaming.flows import declared_flows
     from tidelake.streaming.settings import load_engine_settings
 
-    with _clean_errors():
-        return declared_flows(load_engine_settings().flow_modules)
-
-
-def _flow_names() -> list[str]:
-    return sorted(_declared_flows())
+    return declared_flows(load_engine_settings().flow_modules)
 
 
 def _get_flows(names: tuple[str, ...] | list[str], param: str) -> list[Any]:
@@ -132,8 +126,7 @@ def broker() -> None:
     """
     from tidelake.platform.local_broker import broker_state_file, kept_data_dir, run_foreground
 
-    with _clean_errors():
-        sys.exit(run_foreground(broker_state_file(), kept_data_dir()))
+    sys.exit(run_foreground(broker_state_file(), kept_data_dir()))
 
 
 @main.command("spark-cluster")
@@ -211,9 +204,8 @@ def topics_create(flows: tuple[str, ...], replication_factor: int, kafka_timeout
     from tidelake.streaming.kafka_admin import check_reachable, ensure_flow_topics
 
     conf = kafka_conf()
-    with _clean_errors():
-        check_reachable(conf, kafka_timeout)
-        ensure_flow_topics(conf, specs, replication_factor=replication_factor)
+    check_reachable(conf, kafka_timeout)
+    ensure_flow_topics(conf, specs, replication_factor=replication_factor)
     for spec in specs:
         click.echo(f"{spec.topic}: {spec.topic_partitions} partitions (flow {spec.name})")
 
@@ -240,9 +232,8 @@ def topics_add_partitions(flow: str, total: int, kafka_timeout: float) -> None:
     from tidelake.streaming.kafka_admin import add_partitions, check_reachable
 
     conf = kafka_conf()
-    with _clean_errors():
-        check_reachable(conf, kafka_timeout)
-        before = add_partitions(conf, spec.topic, total, kafka_timeout)
+    check_reachable(conf, kafka_timeout)
+    before = add_partitions(conf, spec.topic, total, kafka_timeout)
     click.echo(f"{spec.topic}: {before} -> {total} partitions (flow {spec.name})")
 
 
@@ -354,24 +345,23 @@ def produce(
     from tidelake.streaming.kafka_admin import check_reachable, ensure_topic
 
     conf = kafka_conf()
-    with _clean_errors():
-        check_reachable(conf, kafka_timeout)
-        ensure_topic(conf, spec.topic, spec.topic_partitions)
-        report = produce_demo_events(
-            spec,
-            conf,
-            count=count,
-            rate=rate,
-            duration_s=duration,
-            malformed_share=malformed_share,
-            late_share=late_share,
-            duplicate_share=duplicate_share,
-            days=days,
-            seed=seed,
-            progress=progress,
-            via_service=via_service,
-            incidents=incidents,
-        )
+    check_reachable(conf, kafka_timeout)
+    ensure_topic(conf, spec.topic, spec.topic_partitions)
+    report = produce_demo_events(
+        spec,
+        conf,
+        count=count,
+        rate=rate,
+        duration_s=duration,
+        malformed_share=malformed_share,
+        late_share=late_share,
+        duplicate_share=duplicate_share,
+        days=days,
+        seed=seed,
+        progress=progress,
+        via_service=via_service,
+        incidents=incidents,
+    )
     click.echo(report.summary())
 
 
@@ -431,10 +421,10 @@ def stream(
     from tidelake.streaming.stream_guard import StreamGuardError
     from tidelake.streaming.table_evolution import SchemaChangeError
 
-    with _clean_errors():  # settings first: a wrong one is reported even without a broker
-        settings = load_engine_settings(
-            max_offsets_per_trigger=max_offsets_per_trigger, spark_master=master
-        )
+    # settings first: a wrong one is reported even without a broker
+    settings = load_engine_settings(
+        max_offsets_per_trigger=max_offsets_per_trigger, spark_master=master
+    )
     conf = kafka_conf()
     settings.spark_conf.update(extra)
     try:
@@ -554,13 +544,12 @@ def serve(
     check_can_serve(ingest)  # before Kafka: a taken port fails at once (ListenError, exit 2)
     conf = kafka_conf()
     unreachable = None
-    with _clean_errors():
-        settings = load_engine_settings()
-        try:
-            check_reachable(conf, timeout_s=5.0)
-            ensure_topic(conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
-        except KafkaUnreachableError as exc:  # the service logs it and serves NOT_SERVING
-            unreachable = str(exc)
+    settings = load_engine_settings()
+    try:
+        check_reachable(conf, timeout_s=5.0)
+        ensure_topic(conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
+    except KafkaUnreachableError as exc:  # the service logs it and serves NOT_SERVING
+        unreachable = str(exc)
     uri = str(settings.table_path(CALL_EVENTS.table))
     service_log = logging.getLogger("tidelake.ingest")
     with graceful_stop_signals(
@@ -637,21 +626,20 @@ def dev(
     from tidelake.streaming.settings import ConfigError
 
     flows = _get_flows([], "FLOW")
-    with _clean_errors():
-        try:
-            options = DevOptions(
-                host=host,
-                port=port,
-                rate=rate,
-                history_days=history_days,
-                incident_every_s=incident_every,
-                ingest_port=ingest_port,
-            )
-            code = run_dev(flows, options)
-        except (FileNotFoundError, ConfigError) as exc:
-            raise CliError(str(exc), exit_code=2) from None
-        except DevStackError as exc:
-            raise CliError(str(exc)) from None
+    try:
+        options = DevOptions(
+            host=host,
+            port=port,
+            rate=rate,
+            history_days=history_days,
+            incident_every_s=incident_every,
+            ingest_port=ingest_port,
+        )
+        code = run_dev(flows, options)
+    except (FileNotFoundError, ConfigError) as exc:
+        raise CliError(str(exc), exit_code=2) from None
+    except DevStackError as exc:
+        raise CliError(str(exc)) from None
     sys.exit(code)
 
 
@@ -668,8 +656,7 @@ def dev_check(url: str, timeout: float) -> None:
     from tidelake.platform.dev_check import check_dev
     from tidelake.streaming.settings import load_engine_settings
 
-    with _clean_errors():
-        settings = load_engine_settings()
+    settings = load_engine_settings()
     try:
         check_dev(DagsterWeb(url), _get_flows([], "FLOW"), settings, timeout, click.echo)
     except TimeoutError as exc:
