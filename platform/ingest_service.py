@@ -21,6 +21,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,7 +157,8 @@ def start_ingest_server(
         text=True,
     )
     assert process.stdout is not None and process.stderr is not None
-    started_error: list[str] = []
+    # the service's last plain (non-JSON) stderr line: a start-up failure says why there
+    started_error: deque[str] = deque(maxlen=1)
     relay = threading.Thread(
         target=_relay_log, args=(process.stderr, started_error), name="ingest-log", daemon=True
     )
@@ -236,7 +238,7 @@ _LEVELS = {
 }
 
 
-def _relay_log(stderr: IO[str], plain_lines: list[str]) -> None:
+def _relay_log(stderr: IO[str], plain_lines: deque[str]) -> None:
     """The service's JSON log lines into Python's logging; other lines (a start-up failure,
     the JVM's own) are kept and logged as warnings of the service."""
     for line in stderr:

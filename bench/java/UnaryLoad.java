@@ -1,8 +1,6 @@
-import com.google.protobuf.DescriptorProtos.FileDescriptorProto;
-import com.google.protobuf.DescriptorProtos.FileDescriptorSet;
 import com.google.protobuf.Descriptors.Descriptor;
-import com.google.protobuf.Descriptors.FileDescriptor;
 import com.google.protobuf.DynamicMessage;
+import dev.tidelake.ingest.DescriptorSets;
 import io.grpc.CallOptions;
 import io.grpc.ClientCall;
 import io.grpc.ManagedChannel;
@@ -59,7 +57,9 @@ public final class UnaryLoad {
     int inFlight = Integer.parseInt(args[1]);
     double seconds = Double.parseDouble(args[2]);
     long first = Long.parseLong(args[3]);
-    Descriptor event = callEvent(Path.of(args[4]));
+    Descriptor event =
+        DescriptorSets.message(
+            DescriptorSets.files(Files.readAllBytes(Path.of(args[4]))), "tidelake.v1.CallEvent");
     double warmUp = Double.parseDouble(args[5]);
     long now = System.currentTimeMillis();
     int planned = (int) Math.min(2_000_000, Math.max(100_000, seconds * 40_000));
@@ -162,21 +162,5 @@ public final class UnaryLoad {
     }
     int i = (int) Math.min(sorted.length - 1, Math.ceil(p / 100 * sorted.length) - 1);
     return sorted[Math.max(0, i)] / 1e6;
-  }
-
-  private static Descriptor callEvent(Path descriptorSet) throws Exception {
-    FileDescriptorSet set = FileDescriptorSet.parseFrom(Files.readAllBytes(descriptorSet));
-    Map<String, FileDescriptor> built = new HashMap<>();
-    Descriptor found = null;
-    for (FileDescriptorProto proto : set.getFileList()) {
-      FileDescriptor[] deps =
-          proto.getDependencyList().stream().map(built::get).toArray(FileDescriptor[]::new);
-      FileDescriptor file = FileDescriptor.buildFrom(proto, deps);
-      built.put(proto.getName(), file);
-      if (file.findMessageTypeByName("CallEvent") != null) {
-        found = file.findMessageTypeByName("CallEvent");
-      }
-    }
-    return found;
   }
 }

@@ -1,9 +1,6 @@
 package dev.tidelake.ingest;
 
-import com.google.protobuf.DescriptorProtos.FileDescriptorProto;
-import com.google.protobuf.DescriptorProtos.FileDescriptorSet;
 import com.google.protobuf.Descriptors.Descriptor;
-import com.google.protobuf.Descriptors.DescriptorValidationException;
 import com.google.protobuf.Descriptors.FileDescriptor;
 import io.grpc.Server;
 import io.grpc.ServerInterceptors;
@@ -21,8 +18,7 @@ import java.net.BindException;
 import java.net.InetSocketAddress;
 import java.nio.file.Path;
 import java.util.Base64;
-import java.util.HashMap;
-import java.util.Map;
+import java.util.List;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
@@ -54,24 +50,17 @@ public final class IngestMain {
   }
 
   private static void serve(IngestConfig config) throws Exception {
-    Map<String, FileDescriptor> files = descriptorFiles(config);
-    FileDescriptor file = null;
-    Descriptor message = null;
-    String messageName = config.contract().get("message").getAsString();
-    for (FileDescriptor f : files.values()) {
-      if (f.findServiceByName("CallEventService") != null) {
-        file = f;
-      }
-      for (Descriptor d : f.getMessageTypes()) {
-        if (d.getFullName().equals(messageName)) {
-          message = d;
-        }
-      }
-    }
-    if (file == null || message == null) {
-      throw new IllegalArgumentException(
-          "the descriptor set lacks CallEventService or " + messageName);
-    }
+    List<FileDescriptor> files =
+        DescriptorSets.files(
+            Base64.getDecoder().decode(config.contract().get("descriptor_set").getAsString()));
+    Descriptor message =
+        DescriptorSets.message(files, config.contract().get("message").getAsString());
+    FileDescriptor file =
+        files.stream()
+            .filter(f -> f.findServiceByName("CallEventService") != null)
+            .findFirst()
+            .orElseThrow(
+                () -> new IllegalArgumentException("the descriptor set lacks CallEventService"));
     FlowContract contract = new FlowContract(config.contract(), message);
     KafkaSender kafka = new KafkaSender(config);
     ScheduledThreadPoolExecutor timers = new ScheduledThreadPoolExecutor(1);
@@ -195,19 +184,5 @@ public final class IngestMain {
       return "cannot listen on " + config.host() + ":" + config.port() + ": the address is taken";
     }
     return "cannot listen on " + config.host() + ":" + config.port() + ": " + cause.getMessage();
-  }
-
-  /** The files of the service's descriptor set (with its imports, protos/service.binpb). */
-  private static Map<String, FileDescriptor> descriptorFiles(IngestConfig config)
-      throws IOException, DescriptorValidationException {
-    byte[] bytes = Base64.getDecoder().decode(config.contract().get("descriptor_set").getAsString());
-    FileDescriptorSet set = FileDescriptorSet.parseFrom(bytes);
-    Map<String, FileDescriptor> built = new HashMap<>();
-    for (FileDescriptorProto proto : set.getFileList()) {
-      FileDescriptor[] deps =
-          proto.getDependencyList().stream().map(built::get).toArray(FileDescriptor[]::new);
-      built.put(proto.getName(), FileDescriptor.buildFrom(proto, deps));
-    }
-    return built;
   }
 }
