@@ -20,14 +20,14 @@ import click
 from common import kafka, write_figures
 from deltalake import DeltaTable
 
-from tidelake.platform.produce import produce_demo_events
-from tidelake.streaming.backfill import plan_backfill, run_backfill
-from tidelake.streaming.flow_stream import FlowStream, await_query
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.kafka_admin import ensure_topic
-from tidelake.streaming.session import build_spark_session
+from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.streaming.batch.backfill import plan_backfill, run_backfill
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.delta.maintenance import compact_partition
+from tidelake.streaming.kafka.admin import ensure_topic
 from tidelake.streaming.settings import EngineSettings
-from tidelake.streaming.table_maintenance import compact_partition
+from tidelake.streaming.spark.session import build_spark_session
+from tidelake.streaming.stream.flow_stream import FlowStream, await_query
 
 
 def read_seconds(uri: str, day: str, repeats: int = 3) -> dict[str, float]:

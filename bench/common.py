@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from tidelake.platform.local_broker import LocalKafkaBroker
+from tidelake.platform.local.kafka_broker import LocalKafkaBroker
 from tidelake.streaming.settings import kafka_client_config
 
 

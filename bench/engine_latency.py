@@ -23,9 +23,9 @@ import psutil
 import pyarrow.parquet as pq
 from common import commits, kafka, wait_for, write_figures
 
-from tidelake.platform.produce import produce_demo_events
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.kafka_admin import ensure_topic
+from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.kafka.admin import ensure_topic
 
 
 def _tree_cpu_s(pid: int) -> float:

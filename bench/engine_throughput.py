@@ -27,11 +27,11 @@ import pyarrow.parquet as pq
 from common import TreeSampler, commits, kafka, write_figures
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from tidelake.platform.produce import produce_demo_events
-from tidelake.platform.spark_cluster import LocalSparkCluster
+from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.platform.local.spark_cluster import LocalSparkCluster
 from tidelake.protos.call_pb2 import CallEvent
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.kafka_admin import ensure_topic
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.kafka.admin import ensure_topic
 
 _STATES = pa.array(CallEvent.CallState.keys())
 _REGIONS = pa.array(CallEvent.Region.keys())
@@ -99,8 +99,8 @@ def _write_floor_file(values: list[bytes], path: Path) -> int:
 # the stream as `tidelake stream --available-now` runs it, with the flow's dedup switched off
 _WITHOUT_DEDUP = """
 import dataclasses
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.runner import run_flow_stream
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.stream.runner import run_flow_stream
 from tidelake.streaming.settings import kafka_client_config, load_engine_settings
 flow = dataclasses.replace(CALL_EVENTS, dedup_key=None)
 run_flow_stream(flow, load_engine_settings(), kafka_client_config(), available_now=True)

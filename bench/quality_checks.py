@@ -13,9 +13,9 @@ import pyarrow as pa
 from common import write_figures
 from deltalake import write_deltalake
 
-from tidelake.assets.partition_expectations import validate_partition
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.table_schema import table_schema
+from tidelake.assets.quality.expectations import validate_partition
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.flow.table_schema import table_schema
 
 DAY = "2026-11-20"
 

@@ -29,7 +29,7 @@ class CliError(click.ClickException):
 
 def kafka_conf() -> dict[str, Any]:
     """librdkafka config: KAFKA_* variables if set, else the local broker of `tidelake broker`."""
-    from tidelake.platform.local_broker import resolve_kafka_conf
+    from tidelake.platform.local.kafka_broker import resolve_kafka_conf
 
     return resolve_kafka_conf()
 
@@ -61,14 +61,14 @@ def _configure_logging() -> None:
 
 def _declared_flows() -> dict[str, Any]:
     """tidelake's flows plus those of TIDELAKE_FLOW_MODULES."""
-    from tidelake.streaming.flows import declared_flows
+    from tidelake.streaming.flow.registry import declared_flows
     from tidelake.streaming.settings import load_engine_settings
 
     return declared_flows(load_engine_settings().flow_modules)
 
 
 def _get_flows(names: tuple[str, ...] | list[str], param: str) -> list[Any]:
-    from tidelake.streaming.flows import get_flow
+    from tidelake.streaming.flow.registry import get_flow
 
     flows = _declared_flows()
     if not names:
@@ -124,7 +124,11 @@ def broker() -> None:
     .tidelake), where other tidelake commands started from this directory find it. Topics and
     data are kept in $TIDELAKE_HOME/kafka across restarts.
     """
-    from tidelake.platform.local_broker import broker_state_file, kept_data_dir, run_foreground
+    from tidelake.platform.local.kafka_broker import (
+        broker_state_file,
+        kept_data_dir,
+        run_foreground,
+    )
 
     sys.exit(run_foreground(broker_state_file(), kept_data_dir()))
 
@@ -139,8 +143,8 @@ def spark_cluster(workers: int, cores: int, memory: str) -> None:
     """Run a Spark standalone cluster on loopback until Ctrl-C: a master and workers, each its
     own JVM, from pyspark's own jars. Prints TIDELAKE_SPARK_MASTER=spark://...: set it for
     `tidelake stream`, `tidelake dev` or a Dagster deployment to run the engine on it."""
-    from tidelake.platform.spark_cluster import LocalSparkCluster
-    from tidelake.streaming.runner import graceful_stop_signals
+    from tidelake.platform.local.spark_cluster import LocalSparkCluster
+    from tidelake.streaming.stream.runner import graceful_stop_signals
 
     with graceful_stop_signals(stopping="stopping the Spark cluster") as stop:
         cluster = LocalSparkCluster(workers=workers, cores=cores, worker_memory=memory)
@@ -163,8 +167,8 @@ def kafka_cluster(nodes: int, min_insync: int) -> None:
     """Run a Kafka cluster on loopback until Ctrl-C: NODES KRaft nodes (each broker and
     controller, its own JVM) from the jar cache; topics get NODES replicas. Prints
     KAFKA_BOOTSTRAP_SERVERS=...: set it for `tidelake dev`, `serve` or `stream`."""
-    from tidelake.platform.kafka_cluster import LocalKafkaCluster
-    from tidelake.streaming.runner import graceful_stop_signals
+    from tidelake.platform.local.kafka_cluster import LocalKafkaCluster
+    from tidelake.streaming.stream.runner import graceful_stop_signals
 
     if min_insync > nodes:
         raise click.BadParameter(f"at most --nodes ({nodes})", param_hint="'--min-insync'")
@@ -201,7 +205,7 @@ def topics_create(flows: tuple[str, ...], replication_factor: int, kafka_timeout
     if replication_factor == 0:
         raise click.BadParameter("must be >= 1, or -1", param_hint="'--replication-factor'")
     specs = _get_flows(flows, "'FLOW'")
-    from tidelake.streaming.kafka_admin import check_reachable, ensure_flow_topics
+    from tidelake.streaming.kafka.admin import check_reachable, ensure_flow_topics
 
     conf = kafka_conf()
     check_reachable(conf, kafka_timeout)
@@ -229,7 +233,7 @@ def topics_add_partitions(flow: str, total: int, kafka_timeout: float) -> None:
     the same count.
     """
     (spec,) = _get_flows([flow], "'FLOW'")
-    from tidelake.streaming.kafka_admin import add_partitions, check_reachable
+    from tidelake.streaming.kafka.admin import add_partitions, check_reachable
 
     conf = kafka_conf()
     check_reachable(conf, kafka_timeout)
@@ -330,8 +334,8 @@ def produce(
         raise click.UsageError(
             "--via-service sends call_events with --days 1 (the service stamps arrival times)"
         )
-    from tidelake.platform.produce import produce_demo_events
-    from tidelake.streaming.demo_events import incident_schedule
+    from tidelake.platform.dev.produce import produce_demo_events
+    from tidelake.streaming.calls.demo_events import incident_schedule
 
     incidents = None
     if incident_every is not None:
@@ -342,7 +346,7 @@ def produce(
         incidents = incident_schedule(
             now_ms, now_ms + int(horizon_s * 1000), incident_every, incident_length
         )
-    from tidelake.streaming.kafka_admin import check_reachable, ensure_topic
+    from tidelake.streaming.kafka.admin import check_reachable, ensure_topic
 
     conf = kafka_conf()
     check_reachable(conf, kafka_timeout)
@@ -414,12 +418,12 @@ def stream(
             raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="'--conf'")
         extra[key.strip()] = value
     _configure_logging()
-    from tidelake.streaming.kafka_admin import KafkaAdminError
-    from tidelake.streaming.kafka_offsets import KafkaSourceError
-    from tidelake.streaming.runner import graceful_stop_signals, run_flow_stream
+    from tidelake.streaming.delta.evolution import SchemaChangeError
+    from tidelake.streaming.kafka.admin import KafkaAdminError
+    from tidelake.streaming.kafka.offsets import KafkaSourceError
     from tidelake.streaming.settings import ConfigError, load_engine_settings
-    from tidelake.streaming.stream_guard import StreamGuardError
-    from tidelake.streaming.table_evolution import SchemaChangeError
+    from tidelake.streaming.stream.guard import StreamGuardError
+    from tidelake.streaming.stream.runner import graceful_stop_signals, run_flow_stream
 
     # settings first: a wrong one is reported even without a broker
     settings = load_engine_settings(
@@ -519,17 +523,17 @@ def serve(
     _configure_logging()
     import logging
 
-    from tidelake.platform.ingest_listen import ServiceSecurity
-    from tidelake.platform.ingest_service import (
+    from tidelake.platform.calls.ingest_listen import ServiceSecurity
+    from tidelake.platform.calls.ingest_service import (
         IngestSettings,
         ServiceStopped,
         check_can_serve,
         start_ingest_server,
     )
-    from tidelake.streaming.flows import CALL_EVENTS
-    from tidelake.streaming.kafka_admin import KafkaUnreachableError, check_reachable, ensure_topic
-    from tidelake.streaming.runner import graceful_stop_signals
+    from tidelake.streaming.calls.flow import CALL_EVENTS
+    from tidelake.streaming.kafka.admin import KafkaUnreachableError, check_reachable, ensure_topic
     from tidelake.streaming.settings import host_settings, load_engine_settings
+    from tidelake.streaming.stream.runner import graceful_stop_signals
 
     security = ServiceSecurity(
         tls_cert=tls_cert,
@@ -622,7 +626,7 @@ def dev(
     Ctrl-C stops everything this command started.
     """
     _configure_logging()
-    from tidelake.platform.dev_stack import DevOptions, DevStackError, run_dev
+    from tidelake.platform.dev.stack import DevOptions, DevStackError, run_dev
     from tidelake.streaming.settings import ConfigError
 
     flows = _get_flows([], "FLOW")
@@ -652,8 +656,8 @@ def dev_check(url: str, timeout: float) -> None:
     Checks through the webserver's GraphQL API that each flow's assets are listed, its
     supervisor sensor is RUNNING and a stream run is STARTED, then that its table has rows.
     """
-    from tidelake.platform.dagster_web import DagsterWeb
-    from tidelake.platform.dev_check import check_dev
+    from tidelake.platform.dev.check import check_dev
+    from tidelake.platform.dev.dagster_web import DagsterWeb
     from tidelake.streaming.settings import load_engine_settings
 
     settings = load_engine_settings()
@@ -678,7 +682,7 @@ def install_jars(pom: Path) -> None:
     Maven resolves jvm/pom.xml offline first (a warm ~/.m2), then from Maven Central; jars that
     pyspark already ships are left out. `make venv` runs it.
     """
-    from tidelake.streaming import jvm_jars
+    from tidelake.streaming.spark import jars as jvm_jars
 
     try:
         report = jvm_jars.install(pom)
@@ -698,7 +702,7 @@ def spark_archive() -> None:
 
     Takes about half a minute; `make venv` runs it. Sessions use the archive when present.
     """
-    from tidelake.streaming.spark_class_archive import build_archive
+    from tidelake.streaming.spark.class_archive import build_archive
 
     try:
         path = build_archive()

@@ -2,7 +2,7 @@
 
 Each `<name>.proto` gets `<name>_pb2.py` (+ `.pyi`, and `_pb2_grpc.py` for services) and
 `<name>.binpb`: a FileDescriptorSet of the file and its imports, which the engine's JVM decoder
-reads (streaming/decode.py).
+reads (streaming/records/decode.py).
 
 Run `python scripts/gen_protos.py` after editing a .proto; `--check` exits 1 when the committed
 generated files differ from what the pinned grpcio-tools produces (CI runs it).

@@ -20,7 +20,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from tidelake.streaming.errors import SetupError
-from tidelake.streaming.flow_spec import FlowSpec
+from tidelake.streaming.flow.spec import FlowSpec
 
 _SECRET_WORDS = ("password", "secret", "key", "token", "jaas")
 _UNITS = "milliseconds?|seconds?|minutes?|hours?|days?"

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from tidelake.platform.local_broker import LocalKafkaBroker
-from tidelake.streaming.kafka_admin import delete_topic
+from tidelake.platform.local.kafka_broker import LocalKafkaBroker
+from tidelake.streaming.kafka.admin import delete_topic
 from tidelake.streaming.settings import kafka_client_config
 
 KINDS = ("unit", "integration", "e2e")
@@ -71,8 +71,8 @@ def topic_name(request: pytest.FixtureRequest, kafka_conf: dict[str, Any]) -> It
 @pytest.fixture
 def call_events_topic(kafka_conf: dict[str, Any]) -> Iterator[str]:
     """The real call_events topic, new and empty, for tests that drive the `tidelake` CLI."""
-    from tidelake.streaming.flows import CALL_EVENTS
-    from tidelake.streaming.kafka_admin import ensure_topic
+    from tidelake.streaming.calls.flow import CALL_EVENTS
+    from tidelake.streaming.kafka.admin import ensure_topic
 
     delete_topic(kafka_conf, CALL_EVENTS.topic)
     ensure_topic(kafka_conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
@@ -83,8 +83,8 @@ def call_events_topic(kafka_conf: dict[str, Any]) -> Iterator[str]:
 @pytest.fixture
 def flow(kafka_conf: dict[str, Any], topic_name: str) -> Any:
     """CALL_EVENTS on a fresh topic of its own."""
-    from tidelake.streaming.flows import CALL_EVENTS
-    from tidelake.streaming.kafka_admin import ensure_topic
+    from tidelake.streaming.calls.flow import CALL_EVENTS
+    from tidelake.streaming.kafka.admin import ensure_topic
 
     flow = dataclasses.replace(CALL_EVENTS, topic=topic_name)
     ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
@@ -102,7 +102,7 @@ def closed_port() -> int:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local SparkSession for the whole run (Spark takes 5-10 s to start on 2 cores)."""
-    from tidelake.streaming.session import build_spark_session
+    from tidelake.streaming.spark.session import build_spark_session
 
     session = build_spark_session("local[2]", {"spark.sql.shuffle.partitions": "2"})
     yield session

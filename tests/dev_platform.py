@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from tidelake.platform.dagster_web import DagsterWeb
+from tidelake.platform.dev.dagster_web import DagsterWeb
 from tidelake.streaming.settings import EngineSettings
 
 REPO = Path(__file__).resolve().parents[1]

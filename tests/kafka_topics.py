@@ -15,8 +15,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from tidelake.streaming.kafka_admin import quiet_client_config
-from tidelake.streaming.kafka_offsets import PartitionEnds
+from tidelake.streaming.kafka.admin import quiet_client_config
+from tidelake.streaming.kafka.offsets import PartitionEnds
 
 KEEP_FOREVER = -1
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from lake_readers import read_delta
 
-from tidelake.platform.produce import ProduceReport, produce_demo_events
-from tidelake.streaming.flow_stream import FlowStream, await_query
+from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
+from tidelake.streaming.stream.flow_stream import FlowStream, await_query
 
 
 def cli_available_now(

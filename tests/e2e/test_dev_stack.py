@@ -15,8 +15,8 @@ import psutil
 import pytest
 import yaml
 
-from tidelake.platform.dagster_web import DagsterWeb, wait_for
-from tidelake.platform.dev_stack import dagster_home, stop_process_group
+from tidelake.platform.dev.dagster_web import DagsterWeb, wait_for
+from tidelake.platform.dev.stack import dagster_home, stop_process_group
 
 REPO = Path(__file__).resolve().parents[2]
 DG = Path(sys.executable).with_name("dg")
@@ -26,7 +26,7 @@ def test_dagster_home_links_the_platform_instance_settings(tmp_path: Path) -> No
     home = dagster_home({"DAGSTER_HOME": str(tmp_path / "dh")})
     config = home / "dagster.yaml"
     assert config.is_symlink()
-    assert config.resolve() == (REPO / "platform" / "dagster.yaml").resolve()
+    assert config.resolve() == (REPO / "platform" / "dev" / "dagster.yaml").resolve()
     assert dagster_home({"DAGSTER_HOME": str(home)}) == home  # idempotent
 
 

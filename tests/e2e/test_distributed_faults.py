@@ -34,14 +34,14 @@ from dev_platform import dev_env, start_dev, stop_dev, stream_worker_pid
 from lake_readers import read_delta
 from local_postgres import LocalPostgres, local_postgres, postgres_bin
 
-from tidelake.platform.dagster_web import DagsterWeb, DagsterWebError, wait_for
-from tidelake.platform.ingest_client import ServiceSender
-from tidelake.platform.kafka_cluster import LocalKafkaCluster
-from tidelake.platform.local_broker import free_port
-from tidelake.platform.spark_cluster import LocalSparkCluster
-from tidelake.platform.stream_jobs import stream_job_name
-from tidelake.streaming.demo_events import call_event
-from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.assets.stream.job import stream_job_name
+from tidelake.platform.calls.ingest_client import ServiceSender
+from tidelake.platform.dev.dagster_web import DagsterWeb, DagsterWebError, wait_for
+from tidelake.platform.local.kafka_broker import free_port
+from tidelake.platform.local.kafka_cluster import LocalKafkaCluster
+from tidelake.platform.local.spark_cluster import LocalSparkCluster
+from tidelake.streaming.calls.demo_events import call_event
+from tidelake.streaming.calls.flow import CALL_EVENTS
 from tidelake.streaming.settings import EngineSettings
 
 pytestmark = [

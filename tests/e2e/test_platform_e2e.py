@@ -35,15 +35,15 @@ from dev_platform import dev_env, start_dev, stop_dev, stream_worker_pid
 from flows import PAGE_VIEWS
 from lake_readers import duckdb_query, read_delta
 
-from tidelake.assets.quality_checks import EXPECTATIONS, QUARANTINE_SHARE, VOLUME
-from tidelake.platform.dagster_web import DagsterWeb, wait_for
-from tidelake.platform.dev_check import check_dev
-from tidelake.platform.produce import ProduceReport, produce_demo_events
-from tidelake.platform.stream_jobs import stream_job_name
+from tidelake.assets.quality.checks import EXPECTATIONS, QUARANTINE_SHARE, VOLUME
+from tidelake.assets.stream.job import stream_job_name
+from tidelake.platform.dev.check import check_dev
+from tidelake.platform.dev.dagster_web import DagsterWeb, wait_for
+from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
 from tidelake.protos import service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent, CallSid
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.kafka_admin import delete_topic, ensure_topic, topic_partition_count
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.kafka.admin import delete_topic, ensure_topic, topic_partition_count
 from tidelake.streaming.settings import EngineSettings
 
 pytestmark = pytest.mark.slow
@@ -419,7 +419,7 @@ def test_cli_materializes_one_partition(stack: Stack) -> None:
             "asset",
             "materialize",
             "-m",
-            "tidelake.platform.definitions",
+            "tidelake.assets.definitions",
             "--select",
             "lake/call_events",
             "--partition",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
-from tidelake.streaming.flow_spec import FlowSpec
+from tidelake.streaming.flow.spec import FlowSpec
 
 from .order_pb2 import Order
 from .page_view_pb2 import PageView

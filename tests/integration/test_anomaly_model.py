@@ -13,11 +13,11 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from demo_days import write_days
 
-from tidelake.assets.anomaly_model import MODEL_KEY, SKIPPED
-from tidelake.platform.definitions import build_definitions
-from tidelake.platform.produce import produce_demo_events
+from tidelake.assets.calls.anomaly_model_asset import MODEL_KEY, SKIPPED
+from tidelake.assets.definitions import build_definitions
+from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.protos.call_pb2 import CallEvent
-from tidelake.streaming.anomaly_model import (
+from tidelake.streaming.calls.anomaly.model import (
     ALL_HOURS,
     IncidentTruth,
     Thresholds,
@@ -26,10 +26,10 @@ from tidelake.streaming.anomaly_model import (
     score_windows,
     with_silent_keys,
 )
-from tidelake.streaming.anomaly_store import latest_model
-from tidelake.streaming.anomaly_training import TrainingError, baseline_plot, train_model
-from tidelake.streaming.demo_events import ACCOUNTS, Incident, incident_schedule
-from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.calls.anomaly.store import latest_model
+from tidelake.streaming.calls.anomaly.training import TrainingError, baseline_plot, train_model
+from tidelake.streaming.calls.demo_events import ACCOUNTS, Incident, incident_schedule
+from tidelake.streaming.calls.flow import CALL_EVENTS
 from tidelake.streaming.settings import EngineSettings
 
 HELD_OUT = "2026-11-18"

@@ -15,17 +15,17 @@ from kafka_topics import KEEP_FOREVER, set_retention
 from lake_readers import delta_version, duckdb_query, read_delta
 from live_stream import BackgroundProducer, run_available_now, running_stream, wait_for_rows
 
-from tidelake.platform.produce import produce_demo_events
-from tidelake.streaming.backfill import (
+from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.streaming.batch.backfill import (
     BackfillError,
     date_window,
     plan_backfill,
     retention_problem,
     run_backfill,
 )
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.kafka_admin import quiet_client_config
-from tidelake.streaming.kafka_offsets import PartitionEnds
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.kafka.admin import quiet_client_config
+from tidelake.streaming.kafka.offsets import PartitionEnds
 
 COMPARED = [
     "call_sid",

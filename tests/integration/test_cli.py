@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 from tidelake.platform.cli import kafka_conf as cli_kafka_conf
 from tidelake.platform.cli import main
-from tidelake.streaming import flows
-from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.flow import registry as flows
 
 TIDELAKE = Path(sys.executable).with_name("tidelake")
 

@@ -18,8 +18,8 @@ from deltalake.exceptions import TableNotFoundError
 from lake_readers import delta_version, duckdb_query, read_delta
 from live_stream import run_available_now
 
-from tidelake.platform.produce import ProduceReport, produce_demo_events
-from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
+from tidelake.streaming.calls.flow import CALL_EVENTS
 
 pytestmark = pytest.mark.slow
 

@@ -20,16 +20,16 @@ from deltalake import DeltaTable
 from lake_readers import read_delta
 from live_stream import BackgroundProducer
 
-from tidelake.platform.produce import produce_demo_events
-from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.streaming.calls.flow import CALL_EVENTS
 
 ROUNDS = 3
 
 BACKFILL = """
 import sys
-from tidelake.streaming.backfill import backfill_dates
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.session import build_spark_session
+from tidelake.streaming.batch.backfill import backfill_dates
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.spark.session import build_spark_session
 from tidelake.streaming.settings import load_engine_settings
 conf = {"bootstrap.servers": sys.argv[1]}
 settings = load_engine_settings()
@@ -38,14 +38,14 @@ backfill_dates(build_spark_session(), CALL_EVENTS, sys.argv[2].split(","), setti
 
 COMPACT = """
 import sys
-from tidelake.streaming.table_maintenance import compact_partition
+from tidelake.streaming.delta.maintenance import compact_partition
 for day in sys.argv[2].split(","):
     compact_partition(sys.argv[1], "date", day)
 """
 
 VACUUM = """
 import sys
-from tidelake.streaming.table_maintenance import vacuum_table
+from tidelake.streaming.delta.maintenance import vacuum_table
 vacuum_table(sys.argv[1])
 """
 

@@ -12,12 +12,12 @@ from flows.page_view_pb2 import PageView
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from tidelake.protos.call_pb2 import CallEvent
-from tidelake.streaming.decode import decode_records
-from tidelake.streaming.delta_commit import same_column_type
-from tidelake.streaming.delta_write import good_rows
-from tidelake.streaming.flow_spec import FlowSpec
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.table_schema import table_schema
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.delta.commit import same_column_type
+from tidelake.streaming.delta.write import good_rows
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.flow.table_schema import table_schema
+from tidelake.streaming.records.decode import decode_records
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 NOW_MS = int(NOW.timestamp() * 1000)

@@ -12,12 +12,12 @@ import pytest
 from lake_readers import duckdb_query, read_delta
 from live_stream import run_available_now
 
-from tidelake.assets.partition_expectations import validate_partition
-from tidelake.platform.produce import produce_demo_events
-from tidelake.streaming.checkpoint_upgrade import START_OFFSETS_FILE, lacks_state
-from tidelake.streaming.dedup import rows_dropped_by_watermark
-from tidelake.streaming.flow_spec import FlowSpecError
-from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.assets.quality.expectations import validate_partition
+from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.flow.spec import FlowSpecError
+from tidelake.streaming.records.dedup import rows_dropped_by_watermark
+from tidelake.streaming.stream.checkpoint_upgrade import START_OFFSETS_FILE, lacks_state
 
 
 def counts(uri: str) -> tuple[int, int]:

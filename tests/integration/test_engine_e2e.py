@@ -15,10 +15,10 @@ from kafka_topics import read_records
 from lake_readers import delta_version, duckdb_query, poison_kind, read_delta
 from live_stream import cli_available_now, run_available_now
 
-from tidelake.platform.produce import produce_demo_events
-from tidelake.streaming.flow_stream import FlowStream
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.kafka_admin import TopicMissingError, ensure_topic
+from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.kafka.admin import TopicMissingError, ensure_topic
+from tidelake.streaming.stream.flow_stream import FlowStream
 
 
 def test_call_events_exactly_once_with_quarantine_and_checkpoint_resume(

@@ -30,17 +30,17 @@ from kafka_topics import read_records
 from lake_readers import duckdb_query, read_delta
 from live_stream import run_available_now, running_stream, wait_for_rows
 
-from tidelake.platform.produce import produce_demo_events
-from tidelake.streaming.backfill import BackfillError, backfill_dates
-from tidelake.streaming.flow_stream import FlowStream
-from tidelake.streaming.kafka_admin import add_partitions, ensure_topic
-from tidelake.streaming.stream_status import committed_batch, kafka_ends, stream_lag
-from tidelake.streaming.table_evolution import (
+from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.streaming.batch.backfill import BackfillError, backfill_dates
+from tidelake.streaming.delta.evolution import (
     FIELD_METADATA_KEY,
     FieldContract,
     SchemaChangeError,
     evolve_table,
 )
+from tidelake.streaming.kafka.admin import add_partitions, ensure_topic
+from tidelake.streaming.stream.flow_stream import FlowStream
+from tidelake.streaming.stream.status import committed_batch, kafka_ends, stream_lag
 
 
 def with_country(rng: random.Random, event_time_ms: int) -> PageViewWithCountry:
@@ -224,7 +224,7 @@ def test_a_removed_optional_field_keeps_its_column_and_its_number(tmp_path):
 def test_a_table_written_before_contracts_is_stamped_once(tmp_path):
     from deltalake import write_deltalake
 
-    from tidelake.streaming.table_schema import table_schema
+    from tidelake.streaming.flow.table_schema import table_schema
 
     uri = str(tmp_path / "page_views")
     schema = table_schema(PAGE_VIEWS)
@@ -237,7 +237,7 @@ def test_a_table_written_before_contracts_is_stamped_once(tmp_path):
 def test_a_backfill_refuses_a_breaking_change_before_spark(kafka_conf, v1, engine_settings):
     FlowStream(v1, engine_settings, kafka_conf).preflight()
     changed = dataclasses.replace(v1, message=PageViewLoadAsText)
-    from tidelake.streaming.backfill import plan_backfill
+    from tidelake.streaming.batch.backfill import plan_backfill
 
     with pytest.raises(BackfillError, match="'load_ms' changed type from double to string"):
         plan_backfill(changed, ["2026-11-01"], engine_settings, kafka_conf)

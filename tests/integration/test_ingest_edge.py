@@ -31,8 +31,8 @@ from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kafka_topics import topic_records
 
-from tidelake.platform.ingest_listen import ListenError, ServiceSecurity, check_security
-from tidelake.platform.ingest_service import IngestServer, IngestSettings, start_ingest_server
+from tidelake.platform.calls.ingest_listen import ListenError, ServiceSecurity, check_security
+from tidelake.platform.calls.ingest_service import IngestServer, IngestSettings, start_ingest_server
 from tidelake.protos import service_pb2, service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent, CallSid
 
@@ -235,7 +235,7 @@ def test_logs_and_a_broker_mismatch_are_the_services_own_and_named(
     assert "the client speaks KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT" in out
     assert out.count("SASL PLAIN mechanism handshake failed") <= 1, out
     assert "tidelake.ingest: received SIGTERM: stopping: calls in flight finish" in out
-    assert "tidelake.streaming.runner" not in out
+    assert "tidelake.streaming.stream.runner" not in out
     assert "not-a-real-secret" not in out
 
 

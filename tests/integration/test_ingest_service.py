@@ -23,16 +23,16 @@ from lake_readers import duckdb_query
 from live_stream import run_available_now
 from test_decode import decode
 
-from tidelake.platform.ingest_service import (
+from tidelake.platform.calls.ingest_service import (
     SERVICE_NAME,
     IngestServer,
     IngestSettings,
     start_ingest_server,
 )
-from tidelake.platform.produce import produce_demo_events
+from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.protos import service_pb2, service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent, CallSid
-from tidelake.streaming.flows import CALL_EVENTS
+from tidelake.streaming.calls.flow import CALL_EVENTS
 
 HOUR_MS = 3_600_000
 SETTINGS = IngestSettings(port=0, ack_timeout_s=3.0, health_interval_s=0.5, shutdown_grace_s=5)

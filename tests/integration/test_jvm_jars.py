@@ -9,8 +9,8 @@ import pytest
 from confluent_kafka import Producer
 from lake_readers import read_delta
 
-from tidelake.streaming.jvm_jars import artifact_id, pyspark_artifacts, spark_jars
-from tidelake.streaming.kafka_admin import ensure_topic, quiet_client_config
+from tidelake.streaming.kafka.admin import ensure_topic, quiet_client_config
+from tidelake.streaming.spark.jars import artifact_id, pyspark_artifacts, spark_jars
 
 
 @pytest.mark.parametrize(

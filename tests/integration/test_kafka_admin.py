@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.kafka_admin import (
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.kafka.admin import (
     KafkaUnreachableError,
     TopicConfigError,
     TopicMissingError,

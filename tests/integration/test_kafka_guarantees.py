@@ -20,10 +20,10 @@ from lake_readers import duckdb_query, read_delta
 from live_stream import run_available_now
 
 from tidelake.protos.call_pb2 import CallEvent
-from tidelake.streaming.backfill import plan_backfill, run_backfill
-from tidelake.streaming.flow_stream import StreamFailedError
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.kafka_admin import quiet_client_config
+from tidelake.streaming.batch.backfill import plan_backfill, run_backfill
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.kafka.admin import quiet_client_config
+from tidelake.streaming.stream.flow_stream import StreamFailedError
 
 _HOUR_MS = 3_600_000
 _DAY_MS = 24 * _HOUR_MS

@@ -19,10 +19,10 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from tidelake.platform import local_broker
-from tidelake.platform.local_broker import BrokerError, LocalKafkaBroker, running_broker
-from tidelake.streaming.kafka_admin import ensure_topic, quiet_client_config
-from tidelake.streaming.stream_status import kafka_ends
+from tidelake.platform.local import kafka_broker as local_broker
+from tidelake.platform.local.kafka_broker import BrokerError, LocalKafkaBroker, running_broker
+from tidelake.streaming.kafka.admin import ensure_topic, quiet_client_config
+from tidelake.streaming.stream.status import kafka_ends
 
 TIDELAKE = Path(sys.executable).with_name("tidelake")
 

@@ -14,12 +14,12 @@ from confluent_kafka.admin import AdminClient
 from lake_readers import read_delta
 from live_stream import run_available_now
 
-from tidelake.assets.flow_keys import compaction_key, table_key
-from tidelake.platform.definitions import build_definitions
-from tidelake.platform.produce import produce_demo_events
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.kafka_admin import ensure_topic, quiet_client_config
-from tidelake.streaming.kafka_offsets import PartitionEnds
+from tidelake.assets.definitions import build_definitions
+from tidelake.assets.flow.keys import compaction_key, table_key
+from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.kafka.admin import ensure_topic, quiet_client_config
+from tidelake.streaming.kafka.offsets import PartitionEnds
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from flows.order_pb2 import Order
 from lake_readers import duckdb_query, read_delta
 from live_stream import run_available_now
 
-from tidelake.assets.partition_expectations import validate_partition
-from tidelake.streaming.kafka_admin import ensure_topic, quiet_client_config
+from tidelake.assets.quality.expectations import validate_partition
+from tidelake.streaming.kafka.admin import ensure_topic, quiet_client_config
 
 
 def as_row(event: Order) -> dict[str, Any]:

@@ -14,10 +14,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from google.protobuf.message import DecodeError
 
-from tidelake.platform.produce import TOO_LATE, UNDECODABLE, ProduceReport, produce_demo_events
-from tidelake.streaming.flow_spec import FlowSpec
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.kafka_admin import (
+from tidelake.platform.dev.produce import TOO_LATE, UNDECODABLE, ProduceReport, produce_demo_events
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.kafka.admin import (
     KafkaUnreachableError,
     TopicMissingError,
     ensure_topic,

@@ -16,7 +16,7 @@ RUN = """
 import os, signal, sys, threading, time
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
-from tidelake.streaming.session import host_session, spark_session_conf
+from tidelake.streaming.spark.session import host_session, spark_session_conf
 
 WHERE = sys.argv[1]
 

@@ -15,19 +15,19 @@ from deltalake import DeltaTable
 from demo_days import write_days
 from lake_readers import duckdb_query
 
-from tidelake.platform.produce import produce_demo_events
-from tidelake.platform.spark_cluster import LocalSparkCluster
-from tidelake.streaming.anomaly_store import latest_model
+from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.platform.local.spark_cluster import LocalSparkCluster
+from tidelake.streaming.calls.anomaly.store import latest_model
 from tidelake.streaming.settings import EngineSettings
 
 pytestmark = pytest.mark.cluster
 
 STREAM_THEN_BACKFILL = """
 import dataclasses, sys
-from tidelake.streaming.backfill import backfill_dates
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.runner import run_flow_stream
-from tidelake.streaming.session import build_spark_session
+from tidelake.streaming.batch.backfill import backfill_dates
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.stream.runner import run_flow_stream
+from tidelake.streaming.spark.session import build_spark_session
 from tidelake.streaming.settings import kafka_client_config, load_engine_settings
 
 flow = dataclasses.replace(CALL_EVENTS, topic=sys.argv[1])
@@ -112,9 +112,9 @@ def test_the_stream_and_a_backfill_run_on_executors_of_the_cluster(
 
 TRAIN = """
 import sys
-from tidelake.streaming.anomaly_training import train_model
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.session import build_spark_session
+from tidelake.streaming.calls.anomaly.training import train_model
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.spark.session import build_spark_session
 from tidelake.streaming.settings import load_engine_settings
 
 settings = load_engine_settings()

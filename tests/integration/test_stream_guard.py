@@ -13,11 +13,11 @@ import pytest
 from lake_readers import read_delta
 from live_stream import cli_available_now, run_available_now
 
-from tidelake.platform.produce import produce_demo_events
-from tidelake.streaming.flow_stream import FlowStream
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.kafka_admin import ensure_topic
-from tidelake.streaming.stream_guard import StreamGuardError
+from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.kafka.admin import ensure_topic
+from tidelake.streaming.stream.flow_stream import FlowStream
+from tidelake.streaming.stream.guard import StreamGuardError
 
 
 def _flow(topic: str) -> Any:

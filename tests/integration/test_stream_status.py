@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from live_stream import run_available_now
 
-from tidelake.platform.produce import produce_demo_events
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.kafka_admin import ensure_topic
-from tidelake.streaming.kafka_offsets import KafkaSourceError
-from tidelake.streaming.stream_status import (
+from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.kafka.admin import ensure_topic
+from tidelake.streaming.kafka.offsets import KafkaSourceError
+from tidelake.streaming.stream.status import (
     TableProgress,
     closed_dates,
     committed_batch,
@@ -65,7 +65,8 @@ def _progress(newest: str, dates: dict[str, int]) -> TableProgress:
 )
 def test_closed_dates(newest: str, after: str | None, expected: list[str]) -> None:
     progress = _progress(newest, {"2026-11-19": 3, "2026-11-20": 2, "2026-11-21": 1})
-    assert closed_dates(progress, timedelta(hours=2), after) == expected
+    assert CALL_EVENTS.allowed_lateness == timedelta(hours=2)
+    assert closed_dates(progress, CALL_EVENTS, after) == expected
 
 
 def test_missing_table_has_no_progress(tmp_path: Path) -> None:

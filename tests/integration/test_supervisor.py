@@ -20,13 +20,14 @@ from dagster._core.test_utils import create_run_for_test
 from deltalake import write_deltalake
 from local_postgres import LocalPostgres, local_postgres, postgres_bin
 
-from tidelake.platform import stream_sensors
-from tidelake.platform.definitions import build_definitions
-from tidelake.platform.flow_assets import LAG_BELOW_THRESHOLD, STREAM_ALIVE, STREAM_TAG
-from tidelake.platform.resources import KafkaResource
-from tidelake.platform.supervisor import RunState, RunView, SupervisorPolicy, decide
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.kafka_admin import ensure_topic
+from tidelake.assets.definitions import build_definitions
+from tidelake.assets.flow.specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
+from tidelake.assets.resources import KafkaResource
+from tidelake.assets.stream import always_on
+from tidelake.assets.stream.always_on import STREAM_TAG
+from tidelake.assets.stream.supervisor import RunState, RunView, SupervisorPolicy, decide
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.kafka.admin import ensure_topic
 
 POLICY = SupervisorPolicy(backoff_base_s=30, backoff_cap_s=600, healthy_after_s=300)
 NOW = 1_800_000_000.0
@@ -239,7 +240,7 @@ def test_crash_loop_backs_off_and_turns_the_alive_check_red(
 def test_lag_above_threshold_fails_the_lag_check(
     make_instance: Any, defs: Any, flow: Any, kafka_conf: dict[str, Any]
 ) -> None:
-    from tidelake.platform.produce import produce_demo_events
+    from tidelake.platform.dev.produce import produce_demo_events
 
     produce_demo_events(flow, kafka_conf, count=40, malformed_share=0, progress=False)
     with make_instance() as instance:
@@ -261,7 +262,7 @@ def test_unreachable_broker_is_reported_not_swallowed(
 def test_stale_started_run_is_failed_and_replaced(
     make_instance: Any, defs: Any, kafka_conf: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(stream_sensors, "STALE_RUN_AFTER_S", -1.0)
+    monkeypatch.setattr(always_on, "STALE_RUN_AFTER_S", -1.0)
     with make_instance() as instance:
         (run_id,) = add_runs(instance, dg.DagsterRunStatus.STARTED)
         result = evaluate(defs, instance, kafka_conf)

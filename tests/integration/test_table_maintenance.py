@@ -15,8 +15,8 @@ from deltalake import DeltaTable
 from lake_readers import duckdb_query, read_delta
 from live_stream import BackgroundProducer, run_available_now, running_stream, wait_for_rows
 
-from tidelake.platform.produce import produce_demo_events
-from tidelake.streaming.table_maintenance import compact_partition, vacuum_table
+from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.streaming.delta.maintenance import compact_partition, vacuum_table
 
 
 @pytest.fixture

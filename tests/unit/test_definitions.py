@@ -11,10 +11,12 @@ import pytest
 import yaml
 from flows import PAGE_VIEWS
 
-from tidelake.assets.quality_checks import EXPECTATIONS, QUARANTINE_SHARE, VOLUME
-from tidelake.platform.definitions import build_definitions, defs
-from tidelake.platform.flow_assets import LAG_BELOW_THRESHOLD, STREAM_ALIVE, STREAM_TAG
-from tidelake.streaming.flows import CALL_EVENTS, FLOWS
+from tidelake.assets.definitions import build_definitions, defs
+from tidelake.assets.flow.specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
+from tidelake.assets.quality.checks import EXPECTATIONS, QUARANTINE_SHARE, VOLUME
+from tidelake.assets.stream.always_on import STREAM_TAG
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.flow.registry import FLOWS
 from tidelake.streaming.settings import EngineSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +28,7 @@ def test_defs_load_and_workspace_and_pyproject_name_the_same_module() -> None:
     (entry,) = workspace["load_from"]
     module = entry["python_module"]["module_name"]
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert module == pyproject["tool"]["dagster"]["module_name"] == "tidelake.platform.definitions"
+    assert module == pyproject["tool"]["dagster"]["module_name"] == "tidelake.assets.definitions"
 
 
 @pytest.fixture
@@ -77,7 +79,7 @@ def test_spark_comes_from_one_lazy_dagster_pyspark_resource() -> None:
 
 
 def test_instance_config_limits_each_stream_to_one_run_and_sets_no_max_runtime() -> None:
-    config = yaml.safe_load((REPO / "platform" / "dagster.yaml").read_text())
+    config = yaml.safe_load((REPO / "platform" / "dev" / "dagster.yaml").read_text())
     assert config["run_monitoring"]["enabled"] is True
     assert "max_runtime_seconds" not in config["run_monitoring"]
     assert config["run_retries"]["enabled"] is True
@@ -86,7 +88,7 @@ def test_instance_config_limits_each_stream_to_one_run_and_sets_no_max_runtime()
 
 
 def test_instance_config_is_valid_for_dagster(tmp_path: Path) -> None:
-    (tmp_path / "dagster.yaml").write_text((REPO / "platform" / "dagster.yaml").read_text())
+    (tmp_path / "dagster.yaml").write_text((REPO / "platform" / "dev" / "dagster.yaml").read_text())
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
         assert instance.run_monitoring_enabled and instance.run_retries_enabled
         limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits

@@ -6,8 +6,12 @@ import pytest
 from google.protobuf import descriptor_pb2
 
 from tidelake.protos.call_pb2 import CallEvent
-from tidelake.streaming.decode import DescriptorSetError, descriptor_set, load_descriptor_set
-from tidelake.streaming.flows import FLOWS
+from tidelake.streaming.flow.registry import FLOWS
+from tidelake.streaming.records.decode import (
+    DescriptorSetError,
+    descriptor_set,
+    load_descriptor_set,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 

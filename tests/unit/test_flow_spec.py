@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import uuid
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pyarrow as pa
 import pytest
@@ -16,9 +16,10 @@ from google.protobuf.descriptor_pb2 import FieldDescriptorProto as F
 from google.protobuf.message import Message
 
 from tidelake.protos.call_pb2 import CallEvent
-from tidelake.streaming.flow_spec import FieldCheck, FlowSpec, FlowSpecError
-from tidelake.streaming.flows import CALL_EVENTS, FLOWS, get_flow
-from tidelake.streaming.table_schema import table_schema
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.flow.registry import FLOWS, get_flow
+from tidelake.streaming.flow.spec import FieldCheck, FlowSpec, FlowSpecError
+from tidelake.streaming.flow.table_schema import table_schema
 
 
 def message_class(fields: list[tuple]) -> type[Message]:
@@ -251,7 +252,7 @@ def test_get_flow_error_lists_the_declared_flows():
 
 
 def test_flow_modules_add_a_deployments_own_flows(tmp_path, monkeypatch):
-    from tidelake.streaming.flows import declared_flows
+    from tidelake.streaming.flow.registry import declared_flows
     from tidelake.streaming.settings import ConfigError, EngineSettings
 
     (tmp_path / "team_flows.py").write_text(
@@ -260,7 +261,7 @@ def test_flow_modules_add_a_deployments_own_flows(tmp_path, monkeypatch):
     )
     (tmp_path / "no_flows.py").write_text("x = 1\n")
     (tmp_path / "same_name.py").write_text(
-        "from tidelake.streaming.flows import CALL_EVENTS\nFLOWS = [CALL_EVENTS]\n"
+        "from tidelake.streaming.calls.flow import CALL_EVENTS\nFLOWS = [CALL_EVENTS]\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("TIDELAKE_FLOW_MODULES", " team_flows , ")
@@ -275,3 +276,13 @@ def test_flow_modules_add_a_deployments_own_flows(tmp_path, monkeypatch):
     ]:
         with pytest.raises(ConfigError, match=f"TIDELAKE_FLOW_MODULES: .*{problem}"):
             declared_flows([module])
+
+
+def test_a_date_closes_at_its_end_plus_the_allowed_lateness() -> None:
+    day = date(2026, 11, 20)
+    closes = datetime(2026, 11, 21, 2, tzinfo=UTC)
+    assert CALL_EVENTS.closes_at(day) == closes
+    noon_ms = int(datetime(2026, 11, 20, 12, tzinfo=UTC).timestamp() * 1000)
+    assert CALL_EVENTS.closes_at_ms(noon_ms) == int(closes.timestamp() * 1000)
+    assert CALL_EVENTS.last_closed_date(closes - timedelta(milliseconds=1)) == date(2026, 11, 19)
+    assert CALL_EVENTS.last_closed_date(closes) == day

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from tidelake.streaming.kafka_offsets import (
+from tidelake.streaming.kafka.offsets import (
     from_json_offsets,
     to_json_offsets,
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidelake.streaming.kafka_read import java_client_options
+from tidelake.streaming.kafka.read import java_client_options
 from tidelake.streaming.settings import ConfigError
 
 

@@ -14,11 +14,11 @@ from deltalake import write_deltalake
 from flows import PAGE_VIEWS
 from flows.page_view_changes_pb2 import PageViewWithCountry
 
-from tidelake.assets.partition_expectations import validate_partition
-from tidelake.streaming.flow_contract import contract_expectations
-from tidelake.streaming.flows import CALL_EVENTS
-from tidelake.streaming.table_evolution import evolve_table
-from tidelake.streaming.table_schema import table_schema
+from tidelake.assets.quality.expectations import validate_partition
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.delta.evolution import evolve_table
+from tidelake.streaming.flow.contract import contract_expectations
+from tidelake.streaming.flow.table_schema import table_schema
 
 DAY = "2026-11-20"
 START = datetime(2026, 11, 20, tzinfo=UTC)

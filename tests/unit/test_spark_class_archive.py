@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tidelake.streaming import spark_class_archive
+from tidelake.streaming.spark import class_archive as spark_class_archive
 
 
 def test_no_archive_means_no_jvm_options(tmp_path, monkeypatch):

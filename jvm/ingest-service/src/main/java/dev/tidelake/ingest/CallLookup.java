@@ -35,7 +35,7 @@ import org.apache.hadoop.conf.Configuration;
  */
 final class CallLookup {
   private final String tableUri;
-  /** The engine's Kafka offset column (streaming/engine_columns.py), the tie-breaker. */
+  /** The engine's Kafka offset column (streaming/flow/engine_columns.py), the tie-breaker. */
   private final String offsetColumn;
   private final FlowContract contract;
   private final Engine engine = DefaultEngine.create(new Configuration());

@@ -17,7 +17,7 @@ import java.util.regex.Pattern;
 
 /**
  * What the service accepts: the flow's contract as the FlowSpec declares it (exported once by
- * streaming/flow_contract.py's {@code service_contract}, with the wording of every problem, so
+ * streaming/flow/contract.py's {@code service_contract}, with the wording of every problem, so
  * the service, the stream and the quality suite say the same thing), then the service's clock
  * rules for the event time: not too far ahead, not on a day that has closed.
  */

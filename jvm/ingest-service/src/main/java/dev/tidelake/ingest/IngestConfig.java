@@ -11,7 +11,7 @@ import java.util.Map;
 import java.util.Properties;
 
 /**
- * What the launcher ({@code tidelake serve}, platform/ingest_service.py) hands the service: its
+ * What the launcher ({@code tidelake serve}, platform/calls/ingest_service.py) hands the service: its
  * settings, the Kafka client's properties and the flow's contract, worked out in Python where
  * every setting is read. The file may hold a token or a password, so the service deletes it once
  * read.

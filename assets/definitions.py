@@ -1,0 +1,58 @@
+"""The one Dagster definitions root: everything per flow is generated from the flow declarations.
+
+`dg dev` ([tool.dg] in pyproject.toml; what `make dev` runs) and `dagster dev -w workspace.yaml`
+load `defs` from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import dagster as dg
+
+from tidelake.assets.calls.anomaly_definitions import anomaly_definitions
+from tidelake.assets.flow.flow_definitions import flow_definitions
+from tidelake.assets.resources import KafkaResource, engine_settings, spark_resource
+from tidelake.assets.stream.supervisor import SupervisorPolicy
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.flow.registry import declared_flows
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.settings import EngineSettings
+
+FLOW_ADDITIONS: dict[
+    str, Callable[[FlowSpec, EngineSettings, SupervisorPolicy], dg.Definitions]
+] = {CALL_EVENTS.name: anomaly_definitions}
+"""Dagster objects of one flow's own, beyond what every flow gets, by flow name."""
+
+
+def build_definitions(
+    flows: dict[str, FlowSpec] | None = None,
+    settings: EngineSettings | None = None,
+    policy: SupervisorPolicy | None = None,
+) -> dg.Definitions:
+    settings = settings or engine_settings()
+    policy = policy or SupervisorPolicy()
+    declared = flows or declared_flows(settings.flow_modules)
+    flows = {name: settings.deployed(flow) for name, flow in declared.items()}
+    per_flow = [flow_definitions(f, settings, policy) for f in flows.values()]
+    per_flow += [
+        add(flows[name], settings, policy) for name, add in FLOW_ADDITIONS.items() if name in flows
+    ]
+    shared = dg.Definitions(
+        resources={"kafka": KafkaResource(), "spark": spark_resource(settings)},
+        # compaction runs when a date closes: automation must be on from the start
+        sensors=[
+            dg.AutomationConditionSensorDefinition(
+                "tidelake_automation",
+                target=dg.AssetSelection.all(),
+                default_status=dg.DefaultSensorStatus.RUNNING,
+                minimum_interval_seconds=30,
+                # one run per date holds a check and what it gates, so blocking works in-run
+                emit_backfills=False,
+            )
+        ],
+    )
+    return dg.Definitions.merge(shared, *per_flow)
+
+
+defs = build_definitions()

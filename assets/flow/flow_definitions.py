@@ -1,0 +1,46 @@
+"""All Dagster objects of one flow, made from its FlowSpec: the topic, table, quarantine and
+compaction assets, the table's backfill, the stream job and its supervisor, health and quality
+checks, and vacuum."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from tidelake.assets.flow.specs import flow_asset_specs
+from tidelake.assets.flow.table_backfill import build_table_asset
+from tidelake.assets.flow.table_maintenance import (
+    build_compaction_asset,
+    build_vacuum_job,
+    build_vacuum_schedule,
+)
+from tidelake.assets.quality.checks import build_quality_checks
+from tidelake.assets.stream.checks import build_stream_checks
+from tidelake.assets.stream.job import build_stream_job
+from tidelake.assets.stream.sensor import build_supervisor_sensor
+from tidelake.assets.stream.supervisor import SupervisorPolicy
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.settings import EngineSettings
+
+
+def flow_definitions(
+    flow: FlowSpec, settings: EngineSettings, policy: SupervisorPolicy
+) -> dg.Definitions:
+    """Assets, stream job, supervisor sensor and health checks of one flow."""
+    topic, table, quarantine = flow_asset_specs(flow, settings)
+    quality = build_quality_checks(flow, settings)
+    stream_job = build_stream_job(flow, settings)
+    vacuum_job = build_vacuum_job(flow, settings)
+    return dg.Definitions(
+        assets=[
+            topic,
+            build_table_asset(flow, settings, table),
+            quarantine,
+            build_compaction_asset(flow, settings),
+        ],
+        asset_checks=[build_stream_checks(flow, settings, policy), *quality],
+        jobs=[stream_job, vacuum_job],
+        schedules=[build_vacuum_schedule(flow, vacuum_job)],
+        sensors=[
+            build_supervisor_sensor(flow, stream_job, settings, policy),
+        ],
+    )

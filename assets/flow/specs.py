@@ -1,0 +1,91 @@
+"""The assets of a flow, as the Dagster UI shows them: its Kafka topic and its Delta tables.
+
+The stream writes the tables continuously, outside any materialization, so they are declared as
+asset specs; the supervisor sensor records their health and marks a date partition materialized
+once the stream's event time has moved past that day plus the flow's allowed lateness.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+import pyarrow as pa
+
+from tidelake.assets.flow.keys import (
+    daily_partitions,
+    quarantine_key,
+    table_key,
+    topic_key,
+)
+from tidelake.assets.quality.checks import daily_freshness
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.flow.table_schema import table_schema
+from tidelake.streaming.settings import EngineSettings
+
+STREAM_ALIVE = "stream_alive"
+LAG_BELOW_THRESHOLD = "lag_below_threshold"
+
+
+def _table_schema(schema: pa.Schema) -> dg.TableSchema:
+    return dg.TableSchema(
+        columns=[dg.TableColumn(f.name, str(f.type)) for f in schema if not f.name.startswith("_")]
+    )
+
+
+def flow_asset_specs(flow: FlowSpec, settings: EngineSettings) -> list[dg.AssetSpec]:
+    """Topic -> table and quarantine, with the metadata that makes the UI self-explanatory."""
+    message = flow.message.DESCRIPTOR.full_name
+    schema = table_schema(flow)
+    owners = list(flow.owners)
+    topic = dg.AssetSpec(
+        topic_key(flow),
+        description=f"Kafka topic {flow.topic!r} carrying {message} messages keyed by "
+        f"{flow.key_field}.",
+        group_name=flow.name,
+        kinds={"kafka", "protobuf"},
+        owners=owners,
+        metadata={
+            "topic": flow.topic,
+            "partitions": flow.topic_partitions,
+            "protobuf_message": message,
+            "key_field": flow.key_field,
+        },
+    )
+    table = dg.AssetSpec(
+        table_key(flow),
+        deps=[topic.key],
+        description=(
+            f"{flow.description} Written by the always-on {flow.name} stream, exactly once per "
+            f"Kafka record; partition D is marked materialized when event time passes the end "
+            f"of D plus {flow.allowed_lateness}."
+        ).strip(),
+        group_name=flow.name,
+        kinds={"spark", "delta", "protobuf"},
+        owners=owners,
+        partitions_def=daily_partitions(flow),
+        freshness_policy=daily_freshness(),
+        metadata={
+            "dagster/uri": str(settings.table_path(flow.table)),
+            "dagster/column_schema": _table_schema(schema),
+            "partition_column": flow.partition_column,
+            "event_time_field": flow.event_time_field,
+            "key_field": flow.key_field,
+            "allowed_lateness": str(flow.allowed_lateness),
+            "max_lag": flow.max_lag,
+        },
+    )
+    quarantine = dg.AssetSpec(
+        quarantine_key(flow),
+        deps=[topic.key],
+        description=(
+            f"Records of {flow.topic!r} that could not be accepted into {flow.table}: raw key and "
+            "value, the reason, and where they were on Kafka."
+        ),
+        group_name=flow.name,
+        kinds={"spark", "delta"},
+        owners=owners,
+        metadata={
+            "dagster/uri": str(settings.table_path(flow.quarantine_table)),
+            "partition_column": flow.partition_column,
+        },
+    )
+    return [topic, table, quarantine]

@@ -1,0 +1,123 @@
+"""Table upkeep as Dagster objects: a daily-partitioned compaction asset per flow, and a vacuum
+job on a schedule. Both hold the table's pool slot, so they never overlap with each other or
+with a backfill of the same table."""
+
+import dagster as dg
+from deltalake.exceptions import TableNotFoundError
+from pydantic import Field
+
+from tidelake.assets.flow.automation import after_blocking_checks
+from tidelake.assets.flow.keys import compaction_key, daily_partitions, quarantine_key, table_key
+from tidelake.assets.flow.table_backfill import table_pool
+from tidelake.streaming.delta.maintenance import (
+    DEFAULT_TARGET_FILE_BYTES,
+    MIN_VACUUM_RETENTION_HOURS,
+    compact_partition,
+    vacuum_table,
+)
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.settings import EngineSettings
+
+
+class CompactionConfig(dg.Config):
+    target_file_mb: int = Field(
+        default=DEFAULT_TARGET_FILE_BYTES // 2**20, ge=1, description="size of compacted files"
+    )
+
+
+class VacuumConfig(dg.Config):
+    retention_hours: int = Field(
+        default=MIN_VACUUM_RETENTION_HOURS,
+        ge=0,
+        description="keep files any snapshot of the last N hours needs (time travel, readers "
+        "and writers in flight); below 168 only when you know nothing reads older snapshots",
+    )
+
+
+def build_compaction_asset(flow: FlowSpec, settings: EngineSettings) -> dg.AssetsDefinition:
+    """Compacts one date of the table; runs by itself once the date is closed."""
+    uri = str(settings.table_path(flow.table))
+
+    @dg.asset(
+        key=compaction_key(flow),
+        deps=[table_key(flow)],
+        partitions_def=daily_partitions(flow),
+        group_name=flow.name,
+        kinds={"delta"},
+        owners=list(flow.owners),
+        pool=table_pool(flow),
+        automation_condition=after_blocking_checks(),
+        description=f"Small files of one date of {flow.table} rewritten into large ones. "
+        "Materialized automatically when the date closes (or is backfilled) and its blocking "
+        "quality checks pass, or on demand.",
+        metadata={"dagster/uri": uri},
+    )
+    def compaction(
+        context: dg.AssetExecutionContext, config: CompactionConfig
+    ) -> dg.MaterializeResult:
+        day = context.partition_key
+        result = compact_partition(uri, flow.partition_column, day, config.target_file_mb * 2**20)
+        context.log.info(
+            f"{day}: {result.before.files} files -> {result.after.files} in {result.seconds:.1f}s"
+        )
+        return dg.MaterializeResult(
+            metadata={
+                "files_before": result.before.files,
+                "files_after": result.after.files,
+                "bytes_before": result.before.bytes,
+                "bytes_after": result.after.bytes,
+                "dagster/row_count": result.after.rows,
+                "seconds": round(result.seconds, 2),
+                "table_version": result.table_version,
+            }
+        )
+
+    return compaction
+
+
+def build_vacuum_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefinition:
+    tables = {
+        table_key(flow): str(settings.table_path(flow.table)),
+        quarantine_key(flow): str(settings.table_path(flow.quarantine_table)),
+    }
+
+    @dg.op(name=f"vacuum_{flow.name}", pool=table_pool(flow))
+    def vacuum(context: dg.OpExecutionContext, config: VacuumConfig) -> None:
+        for key, uri in tables.items():
+            try:
+                result = vacuum_table(uri, config.retention_hours)
+            except TableNotFoundError:
+                context.log.info(f"{uri}: no table yet")
+                continue
+            context.log.info(f"{uri}: removed {result.removed_files} files")
+            context.log_event(
+                dg.AssetObservation(
+                    asset_key=key,
+                    metadata={
+                        "vacuum_removed_files": result.removed_files,
+                        "vacuum_retention_hours": result.retention_hours,
+                        "table_version": result.table_version,
+                    },
+                )
+            )
+
+    @dg.job(
+        name=f"{flow.name}_vacuum",
+        description=f"Deletes files of {flow.table} and its quarantine that no snapshot within "
+        "the retention needs (orphans of failed batches too), then checkpoints the Delta log.",
+    )
+    def vacuum_job() -> None:
+        vacuum()
+
+    return vacuum_job
+
+
+def build_vacuum_schedule(flow: FlowSpec, job: dg.JobDefinition) -> dg.ScheduleDefinition:
+    return dg.ScheduleDefinition(
+        name=f"{flow.name}_vacuum_daily",
+        job=job,
+        cron_schedule="30 3 * * *",
+        execution_timezone="UTC",
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Daily vacuum at 03:30 UTC with the default 7-day retention.",
+    )

@@ -1,0 +1,241 @@
+"""An always-on query as Dagster objects: a job whose one op runs the query until the run is
+terminated, and a supervisor sensor that keeps exactly one run of it alive.
+
+Every flow's stream and the anomaly detector are made here; what differs (the query, its
+progress report, what the supervisor records besides its decision) is passed in.
+
+The op blocks until the run is terminated. Terminating from the UI sends the run worker SIGINT;
+the op then stops the query between batches, so the checkpoint stays consistent, and ends the
+run as canceled. Dagster has no always-on run: the sensor makes one, deciding each tick from the
+job's recent runs (supervisor.decide) whether to leave a live run alone, back off, or launch.
+"""
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+import dagster as dg
+from dagster_pyspark import LazyPySparkResource
+from pydantic import Field
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from tidelake.assets.dagster_failures import step_failure
+from tidelake.assets.resources import KafkaResource
+from tidelake.assets.stream.health import recent_runs
+from tidelake.assets.stream.supervisor import Decision, RunState, RunView, SupervisorPolicy, decide
+from tidelake.streaming.settings import ConfigError, EngineSettings
+from tidelake.streaming.spark.session import host_session
+from tidelake.streaming.stream.flow_stream import ProgressHandler, await_query
+from tidelake.streaming.stream.runner import graceful_stop_signals
+
+STREAM_TAG = "tidelake/stream"
+"""Run tag naming an always-on query; the instance allows one run per value (dagster.yaml)."""
+STALE_RUN_AFTER_S = 300.0
+"""A STARTED run that logged nothing for this long has lost its worker (it reports progress every
+30 s by default); the supervisor marks it failed so that it can be replaced."""
+
+SupervisorEvent = dg.AssetMaterialization | dg.AssetObservation | dg.AssetCheckEvaluation
+
+
+class StreamRunConfig(dg.Config):
+    """Per-run knobs of an always-on query; defaults come from TIDELAKE_* settings."""
+
+    max_offsets_per_trigger: int | None = Field(
+        default=None, ge=1, description="records per micro-batch at most"
+    )
+    trigger_interval: str | None = Field(
+        default=None, description='processing-time trigger, e.g. "5 seconds"'
+    )
+    progress_interval_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=120,
+        description="seconds between progress reports; they are the run's heartbeat, and the "
+        f"supervisor replaces a run silent for {STALE_RUN_AFTER_S:.0f} s",
+    )
+
+    def run_settings(self, settings: EngineSettings) -> EngineSettings:
+        chosen = {
+            "max_offsets_per_trigger": self.max_offsets_per_trigger,
+            "trigger_interval": self.trigger_interval,
+        }
+        return settings.model_copy(update={k: v for k, v in chosen.items() if v is not None})
+
+
+class AlwaysOnQuery(Protocol):
+    """What the op needs of a query: checks before Spark starts, and the start itself."""
+
+    def preflight(self) -> None: ...
+
+    def start(self, spark: SparkSession) -> StreamingQuery: ...
+
+    def explain_failure(self, message: str) -> str: ...
+
+
+Query = TypeVar("Query", bound=AlwaysOnQuery)
+
+
+@dataclass(frozen=True)
+class AlwaysOn(Generic[Query]):
+    """One always-on query: its job's name, what it does, and how to make and watch it."""
+
+    name: str
+    """The job's name."""
+    tag: str
+    """The value of its STREAM_TAG: one run at a time per value."""
+    description: str
+    op_name: str
+    op_description: str
+    make_query: Callable[[EngineSettings, dict[str, str]], Query]
+    started: Callable[[Query], str]
+    """The log line once preflight passed: what the run reads and writes."""
+    make_reporter: Callable[[dg.OpExecutionContext, Query, dict[str, str]], ProgressHandler]
+
+
+def build_always_on_job(query: AlwaysOn[Any], settings: EngineSettings) -> dg.JobDefinition:
+    """The job whose run is the always-on query."""
+
+    @dg.op(
+        name=query.op_name,
+        description=query.op_description,
+        tags={"dagster/kind/spark": "", "dagster/kind/kafka": ""},
+    )
+    def run_query(
+        context: dg.OpExecutionContext,
+        config: StreamRunConfig,
+        kafka: KafkaResource,
+        spark: LazyPySparkResource,
+    ) -> None:
+        run_settings = config.run_settings(settings)
+        conf = kafka.client_config()
+        running = query.make_query(run_settings, conf)
+        with step_failure():
+            running.preflight()
+        context.log.info(f"stream worker pid {os.getpid()}: {query.started(running)}")
+        reporter = query.make_reporter(context, running, conf)
+        with host_session(lambda: spark.spark_session, run_settings.spark_master) as session:
+            run_until_stopped(
+                context,
+                lambda: running.start(session),
+                config.progress_interval_s,
+                reporter,
+                running.explain_failure,
+            )
+
+    @dg.job(
+        name=query.name,
+        description=query.description,
+        tags={
+            STREAM_TAG: query.tag,
+            # restarts are the supervisor's job (with back-off), not the run-retry daemon's
+            "dagster/max_retries": "0",
+        },
+        executor_def=dg.in_process_executor,
+    )
+    def always_on_job() -> None:
+        run_query()
+
+    return always_on_job
+
+
+def run_until_stopped(
+    context: dg.OpExecutionContext,
+    start: Callable[[], StreamingQuery],
+    progress_interval_s: float,
+    on_progress: ProgressHandler,
+    explain: Callable[[str], str] = str,
+) -> None:
+    """Run a query in an op until the run is terminated (SIGINT/SIGTERM: stop between batches,
+    end the run canceled) or the query fails (a Failure with its error)."""
+    with graceful_stop_signals() as stop:
+        started = start()
+        with step_failure():
+            await_query(started, stop, progress_interval_s, on_progress, explain)
+    if stop.is_set():
+        context.log.info("stream stopped gracefully; checkpoint is consistent")
+        raise dg.DagsterExecutionInterruptedError()
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What a supervisor records on a tick besides its decision, and its cursor after it."""
+
+    events: Sequence[SupervisorEvent] = ()
+    cursor: str | None = None
+
+
+Observe = Callable[[dg.SensorEvaluationContext, dict[str, str], Decision, float], Observed]
+"""(context, Kafka settings, the tick's decision, now) -> what to record."""
+
+
+def build_supervisor(
+    job: dg.JobDefinition,
+    policy: SupervisorPolicy,
+    *,
+    name: str,
+    description: str,
+    observe: Observe | None = None,
+    interval_s: int = 20,
+) -> dg.SensorDefinition:
+    """The sensor that keeps one run of `job` alive, backs off on crash loops and replaces runs
+    whose worker was lost; `observe` adds what it records each tick (health, closed days)."""
+    tag = job.tags[STREAM_TAG]
+
+    @dg.sensor(
+        name=name,
+        job=job,
+        minimum_interval_seconds=interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=description,
+    )
+    def supervise(context: dg.SensorEvaluationContext, kafka: KafkaResource) -> dg.SensorResult:
+        now = time.time()
+        instance = context.instance
+        runs = [fail_if_stale(instance, r, now) for r in recent_runs(instance, job.name)]
+        try:
+            conf = kafka.client_config()
+        except ConfigError as exc:
+            return dg.SensorResult(skip_reason=f"Kafka is not configured: {exc}")
+        decision = decide(runs, now, policy)
+        observed = observe(context, conf, decision, now) if observe else Observed()
+        context.log.info(decision.reason)
+        events = list(observed.events)
+        if not decision.launch:
+            return dg.SensorResult(
+                skip_reason=decision.reason, cursor=observed.cursor, asset_events=events
+            )
+        request = dg.RunRequest(
+            run_key=f"{tag}-{uuid.uuid4().hex[:12]}",
+            tags={STREAM_TAG: tag, "tidelake/supervisor_reason": decision.reason[:200]},
+        )
+        return dg.SensorResult(run_requests=[request], cursor=observed.cursor, asset_events=events)
+
+    return supervise
+
+
+def fail_if_stale(instance: dg.DagsterInstance, run: RunView, now: float) -> RunView:
+    """Mark a STARTED run failed when its log has been silent past STALE_RUN_AFTER_S.
+
+    The default run launcher cannot health-check run workers, so a worker lost with its code
+    server (a hard-killed `dagster dev`) would otherwise look alive forever.
+    """
+    if run.state is not RunState.STARTED:
+        return run
+    records = instance.get_records_for_run(run.run_id, limit=1, ascending=False).records
+    last = records[0].event_log_entry.timestamp if records else (run.started_at or now)
+    if now - last < STALE_RUN_AFTER_S:
+        return run
+    dagster_run = instance.get_run_by_id(run.run_id)
+    if dagster_run is None or dagster_run.is_finished:
+        return run
+    instance.report_engine_event(
+        f"stream run silent for {now - last:.0f}s: marking it failed so the supervisor can "
+        "replace it",
+        dagster_run,
+    )
+    instance.report_run_failed(dagster_run)
+    return RunView(run.run_id, RunState.FAILURE, run.created_at, run.started_at, now)

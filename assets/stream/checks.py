@@ -1,0 +1,55 @@
+"""The stream_alive and lag_below_threshold checks of each flow's table, runnable on demand.
+
+The supervisor sensor records both every tick; executing them from the UI measures the same
+things at once (no Spark, one bounded Kafka probe).
+"""
+
+import time
+from collections.abc import Iterator
+
+import dagster as dg
+
+from tidelake.assets.flow.keys import table_key
+from tidelake.assets.flow.specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
+from tidelake.assets.resources import KafkaResource
+from tidelake.assets.stream.health import measure_health, recent_runs, stream_restarts
+from tidelake.assets.stream.job import stream_job_name
+from tidelake.assets.stream.supervisor import SupervisorPolicy, decide
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.settings import EngineSettings
+
+
+def build_stream_checks(
+    flow: FlowSpec, settings: EngineSettings, policy: SupervisorPolicy
+) -> dg.AssetChecksDefinition:
+    key = table_key(flow)
+    checkpoint = str(settings.checkpoint_path(flow.name))
+
+    @dg.multi_asset_check(
+        name=f"{flow.name}_stream_health",
+        specs=[
+            dg.AssetCheckSpec(
+                STREAM_ALIVE,
+                asset=key,
+                description="A run of the stream is up, not crash-looping, and committing "
+                "batches while records wait.",
+            ),
+            dg.AssetCheckSpec(
+                LAG_BELOW_THRESHOLD,
+                asset=key,
+                description=f"Records on Kafka not yet in the table stay at most {flow.max_lag}.",
+            ),
+        ],
+    )
+    def stream_health(
+        context: dg.AssetCheckExecutionContext, kafka: KafkaResource
+    ) -> Iterator[dg.AssetCheckResult]:
+        job = stream_job_name(flow)
+        instance = context.instance
+        now = time.time()
+        decision = decide(recent_runs(instance, job), now, policy)
+        restarts = stream_restarts(instance, job)
+        health = measure_health(flow, checkpoint, kafka.client_config(), decision, restarts, now)
+        yield from health.check_results()
+
+    return stream_health

@@ -1,0 +1,185 @@
+"""Health of one always-on stream: lag, last batch, restarts, and the two checks built on them.
+
+Measured from outside the stream (checkpoint files, one bounded Kafka probe, run history), so
+the supervisor sensor and an on-demand check execution agree, and neither needs Spark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import dagster as dg
+from confluent_kafka import KafkaException
+
+from tidelake.assets.flow.keys import table_key
+from tidelake.assets.flow.specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
+from tidelake.assets.stream.supervisor import (
+    Decision,
+    RunState,
+    RunView,
+)
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.kafka.offsets import KafkaSourceError
+from tidelake.streaming.stream.status import (
+    CommittedBatch,
+    StreamLag,
+    committed_batch,
+    kafka_ends,
+    stream_lag,
+)
+
+CheckEvent = TypeVar("CheckEvent", dg.AssetCheckEvaluation, dg.AssetCheckResult)
+STALL_AFTER_S = 300.0
+"""A started stream with records waiting and no commit for this long counts as stalled."""
+KAFKA_PROBE_TIMEOUT_S = 5.0
+RECENT_RUNS = 20
+
+
+@dataclass(frozen=True)
+class StreamHealth:
+    flow: FlowSpec
+    decision: Decision
+    committed: CommittedBatch | None
+    lag: StreamLag | None
+    kafka_error: str | None
+    restarts: int
+    now: float
+
+    def seconds_since_commit(self) -> float | None:
+        if self.committed is None:
+            return None
+        return max(0.0, self.now - self.committed.committed_at.timestamp())
+
+    def alive(self) -> tuple[bool, dg.AssetCheckSeverity, str]:
+        d = self.decision
+        if d.crash_loop:
+            when = (
+                f"; next attempt at {datetime.fromtimestamp(d.next_attempt_at, UTC):%H:%M:%S} UTC"
+                if d.next_attempt_at
+                else ""
+            )
+            return (
+                False,
+                dg.AssetCheckSeverity.ERROR,
+                f"crash loop: {d.consecutive_failures} failed runs in a row{when}",
+            )
+        run = d.active_run
+        if run is None and d.launch and d.consecutive_failures == 0:
+            # a first start (or one after a clean stop) is not an outage: a warning, not red
+            return False, dg.AssetCheckSeverity.WARN, f"starting the stream: {d.reason}"
+        if run is None:
+            return False, dg.AssetCheckSeverity.ERROR, f"no stream run: {d.reason}"
+        if run.state is not RunState.STARTED:
+            return False, dg.AssetCheckSeverity.WARN, f"run {run.run_id} is {run.state.value}"
+        idle = self.seconds_since_commit()
+        waiting = self.lag.total if self.lag is not None else 0
+        up_for = self.now - (run.started_at or self.now)
+        if waiting and up_for > STALL_AFTER_S and (idle is None or idle > STALL_AFTER_S):
+            return (
+                False,
+                dg.AssetCheckSeverity.ERROR,
+                f"run {run.run_id} is up but committed nothing for "
+                f"{'ever' if idle is None else f'{idle:.0f}s'} while {waiting} records wait",
+            )
+        return True, dg.AssetCheckSeverity.ERROR, f"run {run.run_id} is streaming"
+
+    def lag_ok(self) -> tuple[bool, dg.AssetCheckSeverity, str]:
+        if self.lag is None:
+            return False, dg.AssetCheckSeverity.ERROR, f"lag unknown: {self.kafka_error}"
+        passed = self.lag.total <= self.flow.max_lag
+        relation = "within" if passed else "above"
+        return (
+            passed,
+            dg.AssetCheckSeverity.WARN,
+            f"{self.lag.total} records behind, {relation} the threshold of {self.flow.max_lag}",
+        )
+
+    def metadata(self) -> dict[str, Any]:
+        """Numeric values Dagster plots over time, plus the state in words."""
+        out: dict[str, Any] = {
+            "restarts": dg.MetadataValue.int(self.restarts),
+            "consecutive_failures": dg.MetadataValue.int(self.decision.consecutive_failures),
+            "supervisor": dg.MetadataValue.text(self.decision.reason),
+        }
+        if self.lag is not None:
+            out["lag_total"] = dg.MetadataValue.int(self.lag.total)
+            for partition, lag in self.lag.by_partition.items():
+                out[f"lag_partition_{partition}"] = dg.MetadataValue.int(lag)
+        else:
+            out["kafka_error"] = dg.MetadataValue.text(self.kafka_error or "")
+        if self.committed is not None:
+            out["last_batch_id"] = dg.MetadataValue.int(self.committed.batch_id)
+            out["last_batch_time"] = dg.MetadataValue.timestamp(self.committed.committed_at)
+            out["seconds_since_last_batch"] = dg.MetadataValue.float(
+                round(self.seconds_since_commit() or 0.0, 1)
+            )
+        return out
+
+    def observation(self) -> dg.AssetObservation:
+        return dg.AssetObservation(asset_key=table_key(self.flow), metadata=self.metadata())
+
+    def check_evaluations(self) -> list[dg.AssetCheckEvaluation]:
+        """The checks as a sensor records them."""
+        return self._check_events(dg.AssetCheckEvaluation)
+
+    def check_results(self) -> list[dg.AssetCheckResult]:
+        """The checks as a check execution yields them."""
+        return self._check_events(dg.AssetCheckResult)
+
+    def _check_events(self, kind: type[CheckEvent]) -> list[CheckEvent]:
+        return [
+            kind(
+                asset_key=table_key(self.flow),
+                check_name=name,
+                passed=passed,
+                severity=severity,
+                description=text,
+                metadata=self.metadata(),
+            )
+            for name, (passed, severity, text) in self._checks().items()
+        ]
+
+    def _checks(self) -> dict[str, tuple[bool, dg.AssetCheckSeverity, str]]:
+        return {STREAM_ALIVE: self.alive(), LAG_BELOW_THRESHOLD: self.lag_ok()}
+
+
+def recent_runs(instance: dg.DagsterInstance, job_name: str) -> list[RunView]:
+    """The stream job's newest runs, newest first, as the supervisor sees them."""
+    records = instance.get_run_records(dg.RunsFilter(job_name=job_name), limit=RECENT_RUNS)
+    return [
+        RunView(
+            run_id=r.dagster_run.run_id,
+            state=RunState(r.dagster_run.status.value),
+            created_at=r.create_timestamp.timestamp(),
+            started_at=r.start_time,
+            ended_at=r.end_time,
+        )
+        for r in records
+    ]
+
+
+def stream_restarts(instance: dg.DagsterInstance, job_name: str) -> int:
+    """Runs of the stream job after its first one."""
+    return max(0, instance.get_runs_count(dg.RunsFilter(job_name=job_name)) - 1)
+
+
+def measure_health(
+    flow: FlowSpec,
+    checkpoint: str,
+    kafka_conf: dict[str, str],
+    decision: Decision,
+    restarts: int,
+    now: float,
+) -> StreamHealth:
+    """How healthy the stream is, given the supervisor's decision, without blocking long."""
+    committed = committed_batch(checkpoint, flow.topic)
+    lag: StreamLag | None = None
+    error: str | None = None
+    try:
+        ends = kafka_ends(kafka_conf, flow.topic, KAFKA_PROBE_TIMEOUT_S)
+        lag = stream_lag(ends, committed.offsets if committed is not None else {})
+    except (KafkaSourceError, KafkaException) as exc:
+        error = str(exc)
+    return StreamHealth(flow, decision, committed, lag, error, restarts, now)

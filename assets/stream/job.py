@@ -1,0 +1,113 @@
+"""A flow's always-on stream as a Dagster job (made by always_on), and its progress reports:
+the run's log and observations of the table asset."""
+
+from typing import Any
+
+import dagster as dg
+from pyspark.sql.streaming import StreamingQuery
+
+from tidelake.assets.flow.keys import table_key
+from tidelake.assets.stream.always_on import AlwaysOn, build_always_on_job
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.kafka.offsets import KafkaSourceError, from_json_offsets
+from tidelake.streaming.records.dedup import rows_dropped_by_watermark
+from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.stream.flow_stream import FlowStream
+from tidelake.streaming.stream.status import kafka_ends, stream_lag
+
+
+def stream_job_name(flow: FlowSpec) -> str:
+    return f"{flow.name}_stream"
+
+
+def flow_stream(flow: FlowSpec) -> AlwaysOn[FlowStream]:
+    """The flow's stream as an always-on query."""
+
+    def started(stream: FlowStream) -> str:
+        return f"{flow.topic} -> {stream.table_uri} (checkpoint {stream.checkpoint})"
+
+    return AlwaysOn[FlowStream](
+        name=stream_job_name(flow),
+        tag=flow.name,
+        description=f"The always-on stream of flow {flow.name}; its supervisor sensor keeps "
+        "exactly one run alive. Stop the sensor before terminating a run to keep it stopped.",
+        op_name=f"run_{flow.name}_stream",
+        op_description=f"Streams Kafka topic {flow.topic!r} into Delta table {flow.table!r} "
+        "until the run is terminated.",
+        make_query=lambda settings, conf: FlowStream(flow, settings, conf),
+        started=started,
+        make_reporter=lambda context, _, conf: ProgressReporter(context, flow, conf),
+    )
+
+
+def build_stream_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefinition:
+    """The job whose run is the flow's always-on stream."""
+    return build_always_on_job(flow_stream(flow), settings)
+
+
+class ProgressReporter:
+    """Logs the query's progress and records it as an observation of the table asset."""
+
+    def __init__(self, context: dg.OpExecutionContext, flow: FlowSpec, kafka_conf: dict[str, str]):
+        self._context = context
+        self._flow = flow
+        self._kafka_conf = kafka_conf
+        self._reported_batch = -1
+        self.rows_dropped_by_watermark = 0
+
+    def __call__(self, query: StreamingQuery, progress: dict[str, Any] | None) -> None:
+        if progress is None:
+            self._context.log.info(f"{query.name}: started, waiting for the first batch")
+            return
+        lag = self._lag(progress)
+        batch = progress["batchId"]
+        rows = progress["numInputRows"]
+        rate_in = progress.get("inputRowsPerSecond") or 0.0
+        rate_done = progress.get("processedRowsPerSecond") or 0.0
+        self._context.log.info(
+            f"{query.name} batch {batch}: {rows} rows, {rate_in:.0f} rows/s in, "
+            f"{rate_done:.0f} rows/s processed, lag {'?' if lag is None else lag}"
+        )
+        metadata: dict[str, Any] = {
+            "batch_id": dg.MetadataValue.int(batch),
+            "batch_rows": dg.MetadataValue.int(rows),
+            "input_rows_per_second": dg.MetadataValue.float(round(rate_in, 1)),
+            "processed_rows_per_second": dg.MetadataValue.float(round(rate_done, 1)),
+            "batch_duration_ms": dg.MetadataValue.int(
+                int(progress.get("durationMs", {}).get("triggerExecution", 0))
+            ),
+        }
+        if lag is not None:
+            metadata["lag_total"] = dg.MetadataValue.int(lag)
+        dropped = self._dropped_since_last_report(query, batch)
+        if dropped:
+            self._context.log.warning(
+                f"{query.name}: {dropped} records arrived more than the allowed lateness behind "
+                "the others and were dropped by the deduplication watermark"
+            )
+        self.rows_dropped_by_watermark += dropped
+        metadata["rows_dropped_by_watermark"] = dg.MetadataValue.int(self.rows_dropped_by_watermark)
+        self._context.log_event(
+            dg.AssetObservation(asset_key=table_key(self._flow), metadata=metadata)
+        )
+
+    def _dropped_since_last_report(self, query: StreamingQuery, batch: int) -> int:
+        new = [p for p in query.recentProgress if p["batchId"] > self._reported_batch]
+        self._reported_batch = max(self._reported_batch, batch)
+        return sum(rows_dropped_by_watermark(p) for p in new)
+
+    def _lag(self, progress: dict[str, Any]) -> int | None:
+        """Kafka ends minus the end of the newest batch; None if Kafka did not answer in time."""
+        sources = progress.get("sources") or []
+        if not sources or not sources[0].get("endOffset"):
+            return None
+        topic = self._flow.topic
+        done = {
+            p: o for (t, p), o in from_json_offsets(sources[0]["endOffset"]).items() if t == topic
+        }
+        try:
+            ends = kafka_ends(self._kafka_conf, topic)
+        except KafkaSourceError as exc:
+            self._context.log.warning(f"lag unknown: {exc}")
+            return None
+        return stream_lag(ends, done).total

@@ -1,0 +1,364 @@
+"""`tidelake dev` (what `make dev` runs): the whole platform on one machine, one command.
+
+Starts, in order: a local Apache Kafka broker (unless KAFKA_BOOTSTRAP_SERVERS names a cluster),
+the flows' topics, a demo producer per flow at a modest rate, and `dg dev` in its own
+process group with DAGSTER_HOME in the repository. Ctrl-C (or SIGTERM) stops all of it, newest
+first, at any moment (also while seeding history or starting up): active runs are terminated
+through the webserver (streams stop between batches and end CANCELED), `dg dev` shuts its
+services down, whatever outlives the grace period is killed with its whole process group, and
+each stopped component is reported in one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidelake.platform.dev.dagster_web import DagsterWeb, DagsterWebError
+from tidelake.platform.local.kafka_broker import (
+    broker_state_file,
+    kept_data_dir,
+    recorded_broker,
+    running_broker,
+)
+from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.kafka.admin import check_reachable, ensure_flow_topics
+from tidelake.streaming.settings import ConfigError, kafka_client_config
+from tidelake.streaming.stream.status import first_record_date, kafka_ends
+
+log = logging.getLogger(__name__)
+
+DAGSTER_STOP_GRACE_S = 60.0
+
+
+class DevStackError(TidelakeError, RuntimeError):
+    """A part of the local platform could not start; the message says which."""
+
+
+PRODUCER_DURATION_S = 7 * 86_400
+DEV_TRIGGER_INTERVAL = "5 seconds"
+
+
+@dataclass(frozen=True)
+class DevOptions:
+    host: str = "127.0.0.1"
+    port: int = 3000
+    rate: float = 5.0
+    """Demo events per second per flow; 0 starts no producer (and seeds no history)."""
+    history_days: int = 2
+    """Whole days of demo history (at `rate`) put on an empty topic first, so that the anomaly
+    model has days to learn from."""
+    incident_every_s: float = 900.0
+    """The call_events producer injects a 5-minute incident this often."""
+    ingest_port: int = 50051
+    """Port of the gRPC ingest service (call_events' demo events go through it)."""
+    project: Path = Path("pyproject.toml")
+    """The repository's pyproject.toml, whose [tool.dg] table `dg dev` reads from the cwd."""
+
+
+POSTGRES_URL_VARIABLE = "TIDELAKE_DAGSTER_POSTGRES_URL"
+_COMPOSED = (
+    "# written by tidelake dev: platform/dev/dagster.yaml and platform/dev/dagster_postgres.yaml\n"
+)
+
+
+def dagster_home(env: Mapping[str, str]) -> Path:
+    """$DAGSTER_HOME, default .dagster_home here; holds (a link to) platform/dev/dagster.yaml, with
+    platform/dev/dagster_postgres.yaml's storage added when TIDELAKE_DAGSTER_POSTGRES_URL is set.
+    A dagster.yaml of the user's own is kept as it is."""
+    home = Path(env.get("DAGSTER_HOME") or ".dagster_home").resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    ours = Path(__file__).with_name("dagster.yaml")
+    if config.exists() and not config.is_symlink() and not _is_composed(config):
+        log.info("keeping the instance settings already in %s", config)
+        return home
+    postgres_url = env.get(POSTGRES_URL_VARIABLE, "").strip()
+    if postgres_url and not postgres_url.startswith("postgresql+psycopg2://"):
+        raise ConfigError(
+            f"{POSTGRES_URL_VARIABLE} must start with postgresql+psycopg2:// (the driver "
+            "dagster-postgres installs; SQLAlchemy 2.1 reads a plain postgresql:// as psycopg 3)"
+        )
+    config.unlink(missing_ok=True)
+    if postgres_url:
+        storage = Path(__file__).with_name("dagster_postgres.yaml").read_text()
+        config.write_text(f"{_COMPOSED}{ours.read_text()}\n{storage}")
+    else:
+        config.symlink_to(ours)
+    return home
+
+
+def _is_composed(config: Path) -> bool:
+    with config.open() as text:
+        return text.readline() == _COMPOSED
+
+
+def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
+    """Run the local platform until Ctrl-C/SIGTERM or until `dg dev` exits; its exit code."""
+    if not options.project.exists():
+        raise FileNotFoundError(
+            f"{options.project} not found: run `tidelake dev` from the repository root"
+        )
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if not stop.is_set():
+            stop.set()
+            _say(f"stopping ({signal.Signals(signum).name})")
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with contextlib.ExitStack() as stack:
+            env = dict(os.environ)
+            env["DAGSTER_HOME"] = str(dagster_home(env))
+            # a demo trickle needs no sub-second batches; fewer, larger files and commits
+            env.setdefault("TIDELAKE_TRIGGER_INTERVAL", DEV_TRIGGER_INTERVAL)
+            # a flow added while the platform runs (reload the code location) gets its topic
+            env.setdefault("TIDELAKE_CREATE_TOPICS", "true")
+            if sys.prefix != sys.base_prefix:  # `make dev` runs .venv/bin/tidelake unactivated;
+                env.setdefault("VIRTUAL_ENV", sys.prefix)  # dg warns unless it is the active one
+            env["KAFKA_BOOTSTRAP_SERVERS"] = stack.enter_context(_kafka(env))
+            conf = kafka_client_config(env)
+            check_reachable(conf)
+            ensure_flow_topics(conf, flows)
+            service = None
+            if CALL_EVENTS in flows:
+                serve = _process_group(_serve_command(options), env, name="the ingest service")
+                stack.enter_context(serve)
+                service = f"127.0.0.1:{options.ingest_port}"
+            if options.rate > 0:
+                for flow in flows:
+                    if flow.demo_event is not None and options.history_days > 0:
+                        _seed_history(flow, options, conf, env, stop)
+                    if stop.is_set():
+                        return 0
+                for flow in flows:
+                    if flow.demo_event is not None:
+                        via = service if flow == CALL_EVENTS else None
+                        command = _producer_command(flow, options, via)
+                        name = f"the demo producer of {flow.name}"
+                        stack.enter_context(_process_group(command, env, name=name))
+            if stop.is_set():
+                return 0
+            _start_partitions_at_the_data(flows, conf, env)
+            dagster = stack.enter_context(_dagster_dev(options, env))
+            print(
+                f"tidelake dev: Dagster UI on http://{options.host}:{options.port}, "
+                f"ingest service on {service or 'none'} "
+                f"(DAGSTER_HOME={env['DAGSTER_HOME']}, Kafka {env['KAFKA_BOOTSTRAP_SERVERS']}); "
+                "Ctrl-C stops everything",
+                file=sys.stderr,
+                flush=True,
+            )
+            while not stop.wait(0.5):
+                if dagster.poll() is not None:
+                    return dagster.returncode or 1
+            return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _say(message: str) -> None:
+    print(f"tidelake dev: {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _kafka(env: Mapping[str, str]) -> Iterator[str]:
+    """The configured cluster, a `tidelake broker` already running, or a new local Kafka broker
+    (its data kept under $TIDELAKE_HOME/kafka, like the lake and checkpoints)."""
+    configured = env.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    if configured:
+        yield configured
+        return
+    state_file = broker_state_file()
+    existing = running_broker(state_file)
+    if existing is not None:
+        log.info("using the local broker already running at %s", existing)
+        yield existing
+        return
+    with recorded_broker(state_file, kept_data_dir()) as broker:
+        try:
+            yield broker.bootstrap_servers
+        finally:
+            _say("stopped the local Kafka broker")
+
+
+def _seed_history(
+    flow: FlowSpec,
+    options: DevOptions,
+    conf: Mapping[str, str],
+    env: Mapping[str, str],
+    stop: threading.Event,
+) -> None:
+    """On an empty topic, demo events for the last `history_days` whole days and today so far,
+    at the live rate (the model must see the traffic it will judge). Returns early when `stop`
+    is set; a seeding that fails raises DevStackError."""
+    if sum(kafka_ends(dict(conf), flow.topic).values()) > 0:
+        return
+    now = time.time()
+    span_s = options.history_days * 86_400 + now % 86_400
+    count = int(span_s * options.rate)
+    _say(f"seeding {count:,} events of history into {flow.topic}")
+    command = [
+        *_cli(),
+        "produce",
+        flow.name,
+        "--count",
+        str(count),
+        "--days",
+        str(options.history_days + 1),
+        "--duplicate-share",
+        "0.01",
+        "--no-progress",
+    ]
+    with _process_group(command, env, name=f"seeding {flow.topic}") as seeding:
+        while seeding.poll() is None and not stop.wait(0.5):
+            pass
+    if not stop.is_set() and seeding.returncode != 0:
+        raise DevStackError(f"seeding {flow.topic} failed (exit code {seeding.returncode})")
+
+
+def _start_partitions_at_the_data(
+    flows: list[FlowSpec], conf: Mapping[str, str], env: dict[str, str]
+) -> None:
+    """Unless TIDELAKE_FIRST_DATE is set, start the partitions at the oldest day Kafka holds
+    (the first seeded day), so the UI shows no wall of days that never had data."""
+    if env.get("TIDELAKE_FIRST_DATE"):
+        return
+    found = [first_record_date(dict(conf), flow.topic) for flow in flows]
+    dates = [day for day in found if day is not None]
+    if dates:
+        env["TIDELAKE_FIRST_DATE"] = min(dates).isoformat()
+        _say(f"daily partitions start at {env['TIDELAKE_FIRST_DATE']}, the oldest day in Kafka")
+
+
+def _cli() -> list[str]:
+    return [sys.executable, "-m", "tidelake.platform.cli"]
+
+
+def _producer_command(flow: FlowSpec, options: DevOptions, via: str | None) -> list[str]:
+    command = [
+        *_cli(),
+        "produce",
+        flow.name,
+        "--rate",
+        str(options.rate),
+        "--duration",
+        str(PRODUCER_DURATION_S),
+        "--duplicate-share",
+        "0.01",
+        "--no-progress",
+    ]
+    if flow == CALL_EVENTS and options.incident_every_s > 0:
+        command += ["--incident-every", str(options.incident_every_s)]
+    return command + (["--via-service", via] if via else [])
+
+
+def _serve_command(options: DevOptions) -> list[str]:
+    return [
+        *_cli(),
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(options.ingest_port),
+    ]
+
+
+def _dagster_command(options: DevOptions) -> list[str]:
+    """`dg dev`: Dagster's project command ([tool.dg] in pyproject.toml), the same webserver,
+    daemon and code location as `dagster dev -w workspace.yaml`, which 1.13 marks superseded."""
+    dg = Path(sys.executable).with_name("dg")
+    return [str(dg), "dev", "--host", options.host, "--port", str(options.port)]
+
+
+@contextlib.contextmanager
+def _dagster_dev(options: DevOptions, env: Mapping[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """`dg dev`, stopped the way its runs end CANCELED rather than FAILURE: the active runs
+    are terminated through the webserver (streams stop between batches), then `dg dev` alone
+    gets SIGINT and shuts its webserver, daemon and code servers down through their shutdown
+    pipes; a code server waits for its runs to finish. Signalling the whole group instead would
+    interrupt every process at once: tracebacks, and runs recorded as failed."""
+    web = DagsterWeb(f"http://{options.host}:{options.port}")
+    command = _dagster_command(options)
+    with _process_group(
+        command, env, DAGSTER_STOP_GRACE_S, name="dg dev", leader_only=True
+    ) as dagster:
+        try:
+            yield dagster
+        finally:
+            if dagster.poll() is None:
+                _terminate_active_runs(web)
+
+
+def _terminate_active_runs(web: DagsterWeb) -> None:
+    try:
+        active = web.runs(None, ["QUEUED", "STARTING", "STARTED"])
+    except DagsterWebError:
+        return  # the webserver is not up (yet): its runs, if any, are stopped with the group
+    for run in active:
+        with contextlib.suppress(DagsterWebError):
+            web.terminate_run(run["runId"])
+            _say(f"stopping the {run['jobName']} run {run['runId'][:8]}")
+
+
+@contextlib.contextmanager
+def _process_group(
+    command: list[str],
+    env: Mapping[str, str],
+    grace_s: float = 10.0,
+    *,
+    name: str,
+    leader_only: bool = False,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A child in its own process group; on exit SIGINT to the group (or, with leader_only, to
+    the child alone, which stops its own children), then SIGKILL to the group after grace,
+    reported as one line if it was still running."""
+    process = subprocess.Popen(command, env=dict(env), start_new_session=True)
+    try:
+        yield process
+    finally:
+        running = process.poll() is None
+        stop_process_group(process, grace_s, leader_only=leader_only)
+        if running:
+            _say(f"stopped {name}")
+
+
+def stop_process_group(
+    process: subprocess.Popen[bytes], grace_s: float, *, leader_only: bool = False
+) -> None:
+    """SIGINT the child's group (or only the child), wait up to grace_s for the group to empty,
+    then SIGKILL what is left."""
+    pgid = process.pid
+    with contextlib.suppress(ProcessLookupError):
+        if leader_only:
+            process.send_signal(signal.SIGINT)
+        else:
+            os.killpg(pgid, signal.SIGINT)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and _group_alive(pgid):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    process.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

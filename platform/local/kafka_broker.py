@@ -1,0 +1,559 @@
+"""A local Apache Kafka broker (KRaft, combined broker and controller) for local runs and tests.
+
+The broker is real Kafka, started with `java -cp <jar cache>/kafka-broker/* kafka.Kafka` from the
+Maven artifacts the install step fetched (jvm/pom.xml, streaming/spark/jars.py): no tarball, no
+download at run time. Each broker binds two free ports of 127.0.0.1 (clients, controller), gets
+a bounded heap and its own data folder: a private temporary one that goes with stop(), or a
+kept one (`tidelake broker` and `tidelake dev` keep theirs under $TIDELAKE_HOME/kafka, so the
+topics survive a restart just as the lake and the checkpoints do).
+
+Only the Java process reads the settings: server.properties and a Log4j2 config are written into
+the data folder at every start, so nothing on the machine can reconfigure it, and the ports may
+change between starts of a kept folder.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType, TracebackType
+
+from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.settings import host_settings
+from tidelake.streaming.spark.jars import JarsMissingError, broker_classpath
+
+_HOST = "127.0.0.1"
+_LOG_NAME = "broker.log"
+_LOG_TAIL_BYTES = 4000
+_PORT_ATTEMPTS = 3
+_NODE_ID = 1
+DEFAULT_HEAP_MB = 512
+
+_live_brokers: weakref.WeakSet[LocalKafkaBroker] = weakref.WeakSet()
+
+
+class BrokerError(TidelakeError, RuntimeError):
+    """The local broker could not be found, started or kept running."""
+
+
+class _PortTaken(BrokerError):
+    """Another process took a free port between our probe and the broker's bind."""
+
+
+@dataclass(frozen=True)
+class KafkaNode:
+    """One node's place in a multi-node cluster (kafka_cluster.LocalKafkaCluster): its id and
+    fixed ports, the controller quorum they all vote in, and the replication the cluster gives
+    topics. Fixed ports, because the quorum's voters are named by address."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    voters: str
+    """KRaft's controller.quorum.voters, "1@127.0.0.1:P1,2@127.0.0.1:P2,..."."""
+    cluster_id: str
+    replicas: int
+    """default.replication.factor and that of Kafka's internal topics."""
+    min_insync: int
+
+
+def java_executable() -> str:
+    """$JAVA_HOME/bin/java, else java on PATH (JDK 17+)."""
+    home = os.environ.get("JAVA_HOME", "").strip()
+    candidate = Path(home) / "bin" / "java" if home else None
+    if candidate is not None and os.access(candidate, os.X_OK):
+        return str(candidate)
+    found = shutil.which("java")
+    if found is None:
+        raise BrokerError(
+            "tidelake's JVM processes (the local Kafka broker, the ingest service) need Java 17+: "
+            "set JAVA_HOME or put it on PATH"
+        )
+    return found
+
+
+def new_cluster_id() -> str:
+    """A cluster id as Kafka writes them: 16 random bytes, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+class LocalKafkaBroker:
+    """One Apache Kafka node in KRaft mode on free ports of 127.0.0.1.
+
+    Use as a context manager, or call start() and stop(). Each instance has its own ports, data
+    folder and log, so several can run side by side.
+    """
+
+    def __init__(
+        self,
+        *,
+        data_dir: Path | None = None,
+        heap_mb: int = DEFAULT_HEAP_MB,
+        startup_timeout_s: float = 60.0,
+        stop_grace_s: float = 20.0,
+        java: str | None = None,
+        node: KafkaNode | None = None,
+    ) -> None:
+        self._java = java
+        self._node = node
+        self._kept_dir = data_dir
+        self._heap_mb = heap_mb
+        self._startup_timeout_s = startup_timeout_s
+        self._stop_grace_s = stop_grace_s
+        self._process: subprocess.Popen[bytes] | None = None
+        self._workdir: Path | None = None
+        self._port: int | None = None
+        self._cluster_id: str | None = None
+        self.startup_s: float | None = None
+        """Seconds from start() to the first answered metadata request (format included)."""
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The address clients connect to, "127.0.0.1:PORT"."""
+        if self._process is None or self._port is None:
+            raise BrokerError("the local broker is not running; call start() first")
+        return f"{_HOST}:{self._port}"
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the running broker JVM (also its process group id), or None."""
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def workdir(self) -> Path | None:
+        """The data folder (settings, log, Kafka's log.dirs), or None when stopped."""
+        return self._workdir
+
+    @property
+    def log_path(self) -> Path | None:
+        """The broker's log (Log4j2 and the JVM's own output), or None when stopped."""
+        return self._workdir / _LOG_NAME if self._workdir is not None else None
+
+    @property
+    def cluster_id(self) -> str | None:
+        return self._cluster_id
+
+    def is_alive(self) -> bool:
+        """True while the broker process runs (it can die on its own, e.g. killed by OOM)."""
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def node(self) -> KafkaNode | None:
+        return self._node
+
+    @property
+    def node_id(self) -> int:
+        return self._node.node_id if self._node is not None else _NODE_ID
+
+    def start(self) -> None:
+        """Format the data folder if new, start Kafka, and return once it answers metadata."""
+        started = time.monotonic()
+        try:
+            for attempt in range(1, _PORT_ATTEMPTS + 1):
+                self.launch()
+                try:
+                    self.wait_until_ready()
+                    break
+                except _PortTaken:
+                    self._kill_process()
+                    if attempt == _PORT_ATTEMPTS or self._node is not None:
+                        raise
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - started
+
+    def launch(self) -> None:
+        """Format the data folder if new and start the Kafka process, without waiting for it:
+        a node of a cluster answers only once a majority of its quorum runs, so a cluster
+        launches every node before it waits for any."""
+        if self._process is not None:
+            raise BrokerError(f"the local broker is already running at {self.bootstrap_servers}")
+        try:
+            classpath = broker_classpath()
+        except JarsMissingError as exc:
+            raise BrokerError(str(exc)) from None
+        java = self._java or java_executable()
+        if self._kept_dir is not None:
+            self._workdir = self._kept_dir.resolve()
+            self._workdir.mkdir(parents=True, exist_ok=True)
+        elif self._workdir is None:
+            self._workdir = Path(tempfile.mkdtemp(prefix="tidelake-kafka-"))
+        if self._node is not None:
+            self._port, controller_port = self._node.port, self._node.controller_port
+        else:
+            self._port, controller_port = free_port(), free_port()
+        properties = self._write_settings(self._port, controller_port)
+        self._cluster_id = self._format(java, classpath, properties)
+        self._process = self._spawn(java, classpath, properties)
+        _live_brokers.add(self)
+
+    def kill(self) -> None:
+        """SIGKILL the broker (a crash: no clean shutdown), keeping its data folder, so that
+        launch() brings the same node back."""
+        process, self._process = self._process, None
+        if process is not None:
+            _signal_group(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def stop(self) -> None:
+        """Stop the broker (SIGTERM: Kafka's clean shutdown; SIGKILL after the grace period) and
+        remove a private data folder; safe to call twice."""
+        self._kill_process()
+        if self._workdir is not None and self._kept_dir is None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+        self._workdir = None
+        self._port = None
+        _live_brokers.discard(self)
+
+    def __enter__(self) -> LocalKafkaBroker:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = f"at {_HOST}:{self._port}" if self.is_alive() else "stopped"
+        return f"<LocalKafkaBroker {state}>"
+
+    def _write_settings(self, port: int, controller_port: int) -> Path:
+        assert self._workdir is not None
+        data = self._workdir / "data"
+        node = self._node
+        replicas = node.replicas if node is not None else 1
+        min_insync = node.min_insync if node is not None else 1
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": self.node_id,
+            "controller.quorum.voters": (
+                node.voters if node is not None else f"{_NODE_ID}@{_HOST}:{controller_port}"
+            ),
+            "listeners": f"PLAINTEXT://{_HOST}:{port},CONTROLLER://{_HOST}:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{_HOST}:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(data),
+            # one replica per partition alone, three in a cluster (KafkaNode); few partitions of
+            # the internal topics start faster
+            "default.replication.factor": replicas,
+            "min.insync.replicas": min_insync,
+            "offsets.topic.replication.factor": replicas,
+            "offsets.topic.num.partitions": 4,
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": min_insync,
+            "transaction.state.log.num.partitions": 4,
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": min_insync,
+            "group.initial.rebalance.delay.ms": 0,
+            # retention acts within a second (Kafka's default looks every 5 minutes)
+            "log.retention.check.interval.ms": 1000,
+            "num.partitions": 1,
+        }
+        properties = self._workdir / "server.properties"
+        properties.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        log4j = self._workdir / "log4j2.properties"
+        log4j.write_text(
+            "status = warn\n"
+            "appender.out.type = Console\n"
+            "appender.out.name = out\n"
+            "appender.out.layout.type = PatternLayout\n"
+            "appender.out.layout.pattern = [%d] %p %m (%c)%n\n"
+            "rootLogger.level = WARN\n"
+            "rootLogger.appenderRef.out.ref = out\n"
+            "logger.server.name = kafka.server.KafkaRaftServer\n"
+            "logger.server.level = INFO\n"
+        )
+        return properties
+
+    def _java_command(self, java: str, classpath: str, main: str) -> list[str]:
+        assert self._workdir is not None
+        return [
+            java,
+            f"-Xmx{self._heap_mb}m",
+            "-Xss1m",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self._workdir / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={self._workdir}",
+            "-cp",
+            classpath,
+            main,
+        ]
+
+    def _format(self, java: str, classpath: str, properties: Path) -> str:
+        """The data folder's cluster id; formats the folder first if it has none."""
+        assert self._workdir is not None
+        meta = self._workdir / "data" / "meta.properties"
+        if meta.exists():
+            for line in meta.read_text().splitlines():
+                if line.startswith("cluster.id="):
+                    return line.split("=", 1)[1].strip()
+            raise BrokerError(f"{meta} has no cluster.id; delete {self._workdir} to start afresh")
+        cluster_id = self._node.cluster_id if self._node is not None else new_cluster_id()
+        command = self._java_command(java, classpath, "kafka.tools.StorageTool")
+        # "=" keeps an id that starts with "-" (1 in 64 of them) from reading as an option
+        command += ["format", f"--cluster-id={cluster_id}", "-c", str(properties)]
+        result = subprocess.run(
+            command, capture_output=True, text=True, cwd=self._workdir, check=False
+        )
+        if result.returncode != 0:
+            raise BrokerError(
+                f"formatting the Kafka data folder {self._workdir} failed:\n"
+                f"{(result.stdout + result.stderr).strip()[-_LOG_TAIL_BYTES:]}"
+            )
+        return cluster_id
+
+    def _spawn(self, java: str, classpath: str, properties: Path) -> subprocess.Popen[bytes]:
+        assert self._workdir is not None
+        with open(self._workdir / _LOG_NAME, "ab") as log:
+            return subprocess.Popen(
+                [*self._java_command(java, classpath, "kafka.Kafka"), str(properties)],
+                cwd=self._workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # own process group: a terminal's Ctrl-C is ours to handle
+            )
+
+    def wait_until_ready(self) -> None:
+        """Wait for a TCP accept, then for metadata naming our cluster id (not a port squatter)."""
+        assert self._process is not None and self._port is not None
+        deadline = time.monotonic() + self._startup_timeout_s
+        while True:
+            if self._process.poll() is not None:
+                tail = self.log_tail()
+                error = _PortTaken if "Address already in use" in tail else BrokerError
+                raise error(
+                    f"the local Kafka broker exited with code {self._process.returncode} during "
+                    f"start-up on port {self._port}; its log ends with:\n{tail}"
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BrokerError(
+                    f"the local Kafka broker did not come up on port {self._port} within "
+                    f"{self._startup_timeout_s:g}s; its log ends with:\n{self.log_tail()}"
+                )
+            if _accepts_connections(self._port) and self._answers_metadata(min(remaining, 2.0)):
+                return
+            time.sleep(0.05)
+
+    def _answers_metadata(self, timeout_s: float) -> bool:
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        from tidelake.streaming.kafka.admin import quiet_client_config
+
+        admin = AdminClient(quiet_client_config({"bootstrap.servers": f"{_HOST}:{self._port}"}))
+        try:
+            metadata = admin.list_topics(timeout=timeout_s)
+        except KafkaException:
+            return False
+        if metadata.cluster_id != self._cluster_id:
+            raise _PortTaken(
+                f"port {self._port} on {_HOST} is answered by another Kafka cluster "
+                f"({metadata.cluster_id!r}), not the local broker"
+            )
+        return bool(metadata.brokers)
+
+    def _kill_process(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            _signal_group(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=self._stop_grace_s)
+            except subprocess.TimeoutExpired:
+                _signal_group(process.pid, signal.SIGKILL)
+                process.wait()
+        _signal_group(process.pid, signal.SIGKILL)  # anything left in its group
+
+    def log_tail(self) -> str:
+        """The end of the broker's log, for error messages."""
+        log_path = self.log_path
+        if log_path is None or not log_path.exists():
+            return "(no log)"
+        with open(log_path, "rb") as log:
+            log.seek(max(0, log_path.stat().st_size - _LOG_TAIL_BYTES))
+            tail = log.read().decode("utf-8", errors="replace").strip()
+        return tail or "(empty log)"
+
+
+def kept_data_dir() -> Path:
+    """Data folder of the broker that `tidelake broker` and `tidelake dev` run."""
+    return tidelake_home() / "kafka"
+
+
+@contextlib.contextmanager
+def recorded_broker(state_file: Path, data_dir: Path | None = None) -> Iterator[LocalKafkaBroker]:
+    """A started broker whose address is in state_file while it runs (removed on exit)."""
+    with LocalKafkaBroker(data_dir=data_dir) as broker:
+        _write_state(state_file, broker)
+        try:
+            yield broker
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                state_file.unlink()
+
+
+def run_foreground(state_file: Path, data_dir: Path) -> int:
+    """Run a broker until SIGINT/SIGTERM, for `tidelake broker`.
+
+    Prints `KAFKA_BOOTSTRAP_SERVERS=...` on stdout and records the address in state_file, so
+    other `tidelake` commands on this machine find the broker without configuration.
+    """
+    existing = running_broker(state_file)
+    if existing is not None:
+        raise BrokerError(
+            f"a local broker is already running at {existing} (recorded in {state_file}); "
+            "stop it first, or use it"
+        )
+    stop_requested = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop_requested.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with recorded_broker(state_file, data_dir) as broker:
+            print(f"KAFKA_BOOTSTRAP_SERVERS={broker.bootstrap_servers}", flush=True)
+            print(
+                f"Local Apache Kafka broker ready in {broker.startup_s:.1f}s; data in {data_dir}, "
+                f"log in {broker.log_path}. Ctrl-C to stop.",
+                file=sys.stderr,
+                flush=True,
+            )
+            while not stop_requested.wait(0.2):
+                if not broker.is_alive():
+                    raise BrokerError(
+                        "the local broker exited unexpectedly; its log ends with:\n"
+                        f"{broker.log_tail()}"
+                    )
+            print("Local Kafka broker: stopping", file=sys.stderr, flush=True)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def tidelake_home() -> Path:
+    """Folder for local state: $TIDELAKE_HOME, default .tidelake under the current directory."""
+    return host_settings().home
+
+
+def broker_state_file() -> Path:
+    return tidelake_home() / "broker.json"
+
+
+def resolve_kafka_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """librdkafka config: KAFKA_* variables if set, else the running `tidelake broker`.
+
+    Raises ConfigError naming both ways when neither is there.
+    """
+    from tidelake.streaming.settings import ConfigError, kafka_client_config
+
+    env = os.environ if env is None else env
+    if env.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
+        return kafka_client_config(env)
+    state_file = broker_state_file()
+    address = running_broker(state_file)
+    if address is None:
+        raise ConfigError(
+            "no Kafka broker configured: set KAFKA_BOOTSTRAP_SERVERS=host:port for a cluster, or "
+            f"run `tidelake broker` in another terminal from this directory (it records its "
+            f"address in {state_file.resolve()})"
+        )
+    return kafka_client_config({**env, "KAFKA_BOOTSTRAP_SERVERS": address})
+
+
+def running_broker(state_file: Path) -> str | None:
+    """Bootstrap address of the broker recorded in state_file, if its process is still alive."""
+    try:
+        state = json.loads(state_file.read_text())
+        address, pid = state["bootstrap_servers"], state["pid"]
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BrokerError(
+            f"broker state file {state_file} is unreadable ({exc}); delete it"
+        ) from None
+    if not isinstance(address, str) or not isinstance(pid, int) or not _pid_alive(pid):
+        return None
+    return address
+
+
+def _write_state(state_file: Path, broker: LocalKafkaBroker) -> None:
+    """Atomically record where the broker listens (pid is the broker's own process)."""
+    state_file.parent.mkdir(parents=True, exist_ok=True)
+    state = {
+        "bootstrap_servers": broker.bootstrap_servers,
+        "pid": broker.pid,
+        "supervisor_pid": os.getpid(),
+        "log": str(broker.log_path),
+    }
+    partial = state_file.with_name(f".{state_file.name}.{os.getpid()}.tmp")
+    partial.write_text(json.dumps(state, indent=2) + "\n")
+    os.replace(partial, state_file)
+
+
+def free_port() -> int:
+    """A port on loopback that nothing listens on (bound, read, released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((_HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _accepts_connections(port: int) -> bool:
+    try:
+        with socket.create_connection((_HOST, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
+
+
+@atexit.register
+def _stop_live_brokers() -> None:
+    """Do not leave brokers behind when the interpreter exits without stopping them."""
+    for broker in list(_live_brokers):
+        broker.stop()

@@ -1,0 +1,91 @@
+"""Maintenance of a flow's Delta tables with delta-rs: compaction of a date, vacuum, log upkeep.
+
+Compaction commits alongside the stream's appends (delta-rs checks conflicts and keeps the
+stream's application transactions). It must never run twice at once on one table: deltalake
+1.6.3 rejects the second commit, but later releases were seen to commit both and duplicate rows,
+so the platform also serialises it (one Dagster pool slot per table).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from deltalake import DeltaTable, WriterProperties
+
+from tidelake.streaming.stream.status import snapshot_progress
+
+DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
+MIN_VACUUM_RETENTION_HOURS = 168
+
+
+@dataclass(frozen=True)
+class PartitionFiles:
+    files: int
+    bytes: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    day: str
+    before: PartitionFiles
+    after: PartitionFiles
+    seconds: float
+    table_version: int
+
+
+def partition_files(table: DeltaTable, column: str, value: str) -> PartitionFiles:
+    """Files, bytes and rows of one partition in the table's current snapshot."""
+    progress = snapshot_progress(table, column)
+    return PartitionFiles(
+        progress.files_by_date.get(value, 0),
+        progress.bytes_by_date.get(value, 0),
+        progress.rows_by_date.get(value, 0),
+    )
+
+
+def compact_partition(
+    table_uri: str,
+    column: str,
+    value: str,
+    target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES,
+) -> CompactionResult:
+    """Rewrite the small files of one partition into files of about target_file_bytes."""
+    started = time.monotonic()
+    table = DeltaTable(table_uri)
+    before = partition_files(table, column, value)
+    if before.files > 1:
+        table.optimize.compact(
+            partition_filters=[(column, "=", value)],
+            target_size=target_file_bytes,
+            writer_properties=WriterProperties(compression="ZSTD"),
+        )
+        table.update_incremental()
+    after = partition_files(table, column, value)
+    return CompactionResult(value, before, after, time.monotonic() - started, table.version())
+
+
+@dataclass(frozen=True)
+class VacuumResult:
+    table_uri: str
+    removed_files: int
+    retention_hours: int
+    table_version: int
+
+
+def vacuum_table(table_uri: str, retention_hours: int = MIN_VACUUM_RETENTION_HOURS) -> VacuumResult:
+    """Delete files no snapshot within the retention needs, orphans of failed writes included,
+    then checkpoint the log and drop log entries older than the log retention."""
+    if retention_hours < 0:
+        raise ValueError(f"retention_hours must be >= 0, got {retention_hours}")
+    table = DeltaTable(table_uri)
+    removed = table.vacuum(
+        retention_hours=retention_hours,
+        dry_run=False,
+        enforce_retention_duration=retention_hours >= MIN_VACUUM_RETENTION_HOURS,
+        full=True,
+    )
+    table.create_checkpoint()
+    table.cleanup_metadata()
+    return VacuumResult(table_uri, len(removed), retention_hours, table.version())

@@ -1,0 +1,174 @@
+"""Decoded rows into a flow's Delta tables: data files written by the JVM, commits by delta-rs.
+
+The stream hands every micro-batch to `MicroBatchWriter` (foreachBatch). It appends the good
+rows to the flow's table and the refused ones to its quarantine table, each as one Delta
+transaction stamped with the application transaction (`tidelake-<query id>`, batch id): a batch
+the table already holds is skipped, so a replay after a crash commits nothing twice. The main
+table gets a commit for every batch, also an empty one, so that its transactions always say how
+far the stream has written.
+
+A batch is computed once: the JVM writes the good rows, and the same pass hands the refused rows
+to the driver as an observed metric (they are few, and bounded by maxOffsetsPerTrigger), which
+writes them with pyarrow. Caching the batch for a second pass cost a fifth of a steady batch
+(measured: 500k records 7.9 s cached, 6.1 s in one pass).
+
+Why delta-rs commits and not delta-spark's writer: measured on this 2-core machine, a delta-spark
+append with an application transaction costs 1.1-1.5 s per commit (it rebuilds the new snapshot's
+state to read the transactions) and 3.7-7 s when it writes a checkpoint; a delta-rs commit of the
+same files costs tens of ms. delta-rs commits locally with an atomic rename-without-replace, so
+the stream, a backfill, a compaction and a vacuum in different processes never lose a commit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, Observation, Row
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from tidelake.streaming.delta.commit import commit_files, ensure_table, table_transaction
+from tidelake.streaming.delta.evolution import evolve_table
+from tidelake.streaming.delta.files import write_arrow_files, write_data_files
+from tidelake.streaming.flow.engine_columns import ERROR_COLUMN
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.records.decode import quarantine_columns, table_columns
+
+log = logging.getLogger(__name__)
+
+APP_ID_PREFIX = "tidelake-"
+
+
+def app_id(query_id: str, writer: str = "") -> str:
+    """The Delta application transaction id of a stream's query (one per checkpoint);
+    `writer` tells apart other writers of tidelake's tables (the anomaly detector)."""
+    return f"{APP_ID_PREFIX}{writer + '-' if writer else ''}{query_id}"
+
+
+def good_rows(rows: DataFrame, flow: FlowSpec) -> DataFrame:
+    """Rows the flow's table stores, in its column order."""
+    return rows.where(F.col(ERROR_COLUMN).isNull()).select(*table_columns(flow))
+
+
+def quarantine_rows(rows: DataFrame, flow: FlowSpec) -> DataFrame:
+    """Rows the quarantine table stores: raw bytes, Kafka position and reason."""
+    return rows.where(F.col(ERROR_COLUMN).isNotNull()).select(
+        *[F.col(source).alias(name) for source, name in _quarantine_fields(flow)]
+    )
+
+
+def _quarantine_fields(flow: FlowSpec) -> list[tuple[str, str]]:
+    """(decoded column, quarantine column) in the quarantine table's order."""
+    return [(c, c.lstrip("_")) for c in quarantine_columns(flow)]
+
+
+def arrow_schema(rows: DataFrame) -> pa.Schema:
+    """The Delta table schema of rows, as delta-rs takes it."""
+    return to_arrow_schema(rows.schema, timezone="UTC")
+
+
+def ensure_flow_tables(
+    decoded: DataFrame, flow: FlowSpec, table_uri: str, quarantine_uri: str
+) -> None:
+    """The flow's table, created or brought to its message (table_evolution), and its
+    quarantine table, created from the decoded rows' schema if missing; a table the decoded
+    rows do not fit is refused."""
+    evolve_table(flow, table_uri)
+    ensure_table(table_uri, arrow_schema(good_rows(decoded, flow)), [flow.partition_column])
+    ensure_table(
+        quarantine_uri, arrow_schema(quarantine_rows(decoded, flow)), [flow.partition_column]
+    )
+
+
+@dataclass
+class MicroBatchWriter:
+    """foreachBatch function of a flow's stream (see the module docstring)."""
+
+    flow: FlowSpec
+    table_uri: str
+    quarantine_uri: str
+    checkpoint: str
+    _app_id: str | None = field(default=None, init=False)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        txn = self.app_id()
+        if _holds(self.table_uri, txn, batch_id):
+            log.info("%s: batch %s already committed, skipping", self.table_uri, batch_id)
+            # the replayed batch must still run to its end: its deduplication state is committed
+            # by its tasks, and Spark refuses to go on (STATE_STORE_COMMIT_VALIDATION_FAILED) if
+            # they did not run; the rows go nowhere, Delta holds them already
+            batch.write.format("noop").mode("overwrite").save()
+            return
+        refused = Observation(f"refused-{uuid.uuid4().hex}")
+        observed = batch.observe(refused, F.collect_list(_refused_struct(batch, self.flow)))
+        files = write_data_files(
+            good_rows(observed, self.flow),
+            self.table_uri,
+            self.flow.partition_column,
+            f"batch-{batch_id}",
+        )
+        (refused_rows,) = refused.get.values()
+        # quarantine first: once the main table records a batch, all of it is written
+        if refused_rows and not _holds(self.quarantine_uri, txn, batch_id):
+            schema = arrow_schema(quarantine_rows(batch, self.flow))
+            commit_files(
+                self.quarantine_uri,
+                write_arrow_files(
+                    _arrow_table(refused_rows, schema),
+                    self.quarantine_uri,
+                    self.flow.partition_column,
+                    f"batch-{batch_id}",
+                ),
+                schema=schema,
+                partition_by=[self.flow.partition_column],
+                app_id=txn,
+                version=batch_id,
+            )
+        commit_files(
+            self.table_uri,
+            files,
+            schema=arrow_schema(good_rows(batch, self.flow)),
+            partition_by=[self.flow.partition_column],
+            app_id=txn,
+            version=batch_id,
+        )
+
+    def app_id(self) -> str:
+        """From the checkpoint's metadata, which Spark writes before the first batch."""
+        if self._app_id is None:
+            metadata = Path(self.checkpoint) / "metadata"
+            self._app_id = app_id(json.loads(metadata.read_text())["id"])
+        return self._app_id
+
+
+def _holds(uri: str, txn_app_id: str, txn_version: int) -> bool:
+    done = table_transaction(uri, txn_app_id)
+    return done is not None and done >= txn_version
+
+
+def _refused_struct(rows: DataFrame, flow: FlowSpec) -> Column:
+    """A refused row as the quarantine stores it (null for good rows), timestamps as epoch µs:
+    collected rows reach Python, which would turn timestamps into its own local time."""
+    types = dict(rows.dtypes)
+    fields = [
+        (F.unix_micros(source) if types[source] == "timestamp" else F.col(source)).alias(name)
+        for source, name in _quarantine_fields(flow)
+    ]
+    return F.when(F.col(ERROR_COLUMN).isNotNull(), F.struct(*fields))
+
+
+def _arrow_table(rows: list[Row], schema: pa.Schema) -> pa.Table:
+    """Collected refused rows (see _refused_struct) as an Arrow table of the quarantine schema."""
+    columns = []
+    for target in schema:
+        values = [row[target.name] for row in rows]
+        if pa.types.is_timestamp(target.type):
+            columns.append(pa.array(values, pa.int64()).cast(target.type))
+        else:
+            columns.append(pa.array(values, target.type))
+    return pa.Table.from_arrays(columns, schema=schema)

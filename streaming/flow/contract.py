@@ -1,0 +1,173 @@
+"""A flow's contract: what a record must hold to be stored, one rule for every way in.
+
+The same declaration is checked in three places, so that they cannot drift apart: by the ingest
+service before it acknowledges an event (`service_contract`, the rules as data for the service on
+the JVM), by the stream and
+the backfill on the JVM (`contract_error`, a Spark column; the decoder already refuses bytes that
+do not parse, unknown enum numbers and unsigned values past a long), and by the quality suite
+(`contract_expectations`). A broken rule reads the same everywhere: "<field>: <what is wrong>".
+
+Rules: the key, the event time and every `required_fields` entry must be set (proto3: a zero
+value, the empty string or an enum's zero entry counts as unset; a field with presence, such as
+a message, must be present; a repeated field must hold a value); an enum holds one of its
+declared numbers; a `FieldCheck` bounds a number or matches a string against a pattern.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from functools import reduce
+from typing import Any
+
+from google.protobuf.descriptor import FieldDescriptor
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from tidelake.streaming.flow.spec import FieldCheck, FlowSpec
+
+REQUIRED = "is required"
+
+
+def service_contract(flow: FlowSpec) -> dict[str, Any]:
+    """The contract as data, for the ingest service on the JVM (jvm/ingest-service's
+    FlowContract), with the wording of every problem, so that it says what the stream says.
+
+    Rules in declaration order: `required`, an enum's declared numbers and its known names, a
+    check's pattern or bounds. Also the key and event-time fields and the service's clock rules
+    (max_clock_skew ahead, a day closed allowed_lateness after its end)."""
+    required = set(flow.validity_fields)
+    rules: list[dict[str, Any]] = []
+    for f in flow.message.DESCRIPTOR.fields:
+        enum = f.type == FieldDescriptor.TYPE_ENUM and not f.is_repeated
+        check = flow.field_checks.get(f.name)
+        if not (enum or f.name in required or check is not None):
+            continue
+        rule: dict[str, Any] = {"field": f.name, "required": f.name in required}
+        if enum:
+            rule["enum_numbers"] = sorted(f.enum_type.values_by_number)
+            rule["unknown_enum_choices"] = f"[{', '.join(known_enum_names(f))}]"
+        if check is not None and check.pattern is not None:
+            rule["pattern"] = check.pattern
+            rule["pattern_problem"] = _pattern_problem(check.pattern)
+        if check is not None and (check.min_value is not None or check.max_value is not None):
+            rule |= {"min": check.min_value, "max": check.max_value}
+            rule["range_text"] = _range_text(check)
+            rule = {k: v for k, v in rule.items() if v is not None}
+        rules.append(rule)
+    one_ms = timedelta(milliseconds=1)
+    return {
+        "message": flow.message.DESCRIPTOR.full_name,
+        "key_field": flow.key_field,
+        "event_time_field": flow.event_time_field,
+        "max_clock_skew_ms": flow.max_clock_skew // one_ms,
+        "max_clock_skew_text": str(flow.max_clock_skew),
+        "allowed_lateness_ms": flow.allowed_lateness // one_ms,
+        "required_text": REQUIRED,
+        "rules": rules,
+    }
+
+
+def contract_error(flow: FlowSpec, row: Column) -> Column:
+    """The first broken rule of a decoded row (a struct of the message's fields) as
+    "<field>: <problem>", or null. Rows the decoder refused are not judged again."""
+    required = set(flow.validity_fields)
+    conditions: list[tuple[Column, Column]] = []
+    for f in flow.message.DESCRIPTOR.fields:
+        value = row[f.name]
+        if f.name in required:
+            conditions.append((_unset_column(f, value), F.lit(f"{f.name}: {REQUIRED}")))
+        check = flow.field_checks.get(f.name)
+        if check is None:
+            continue
+        if check.pattern is not None:
+            pattern = f"^(?:{check.pattern})$"
+            conditions.append(
+                (
+                    ~value.rlike(pattern) & ~_unset_column(f, value),
+                    F.lit(f"{f.name}: {_pattern_problem(check.pattern)}"),
+                )
+            )
+        if check.min_value is not None or check.max_value is not None:
+            low = value < check.min_value if check.min_value is not None else F.lit(False)
+            high = value > check.max_value if check.max_value is not None else F.lit(False)
+            conditions.append(
+                (
+                    low | high,
+                    F.concat(
+                        F.lit(f"{f.name}: "),
+                        value.cast("string"),
+                        F.lit(f" {_range_text(check)}"),
+                    ),
+                )
+            )
+    if not conditions:
+        return F.lit(None).cast("string")
+    return reduce(
+        lambda chain, rule: chain.when(F.coalesce(rule[0], F.lit(False)), rule[1]),
+        conditions[1:],
+        F.when(F.coalesce(conditions[0][0], F.lit(False)), conditions[0][1]),
+    )
+
+
+def contract_expectations(flow: FlowSpec) -> list[Any]:
+    """Great Expectations 1.x expectations that say the contract of the table's columns: a
+    required column has no null (a stored required enum outside its known names fails too)."""
+    import great_expectations.expectations as gxe
+
+    out: list[Any] = []
+    required = set(flow.validity_fields)
+    for f in flow.message.DESCRIPTOR.fields:
+        if f.name == flow.event_time_field:
+            out.append(gxe.ExpectColumnValuesToNotBeNull(column=f.name))
+            continue
+        if f.name in required:
+            out.append(gxe.ExpectColumnValuesToNotBeNull(column=f.name))
+        if f.type == FieldDescriptor.TYPE_ENUM and not f.is_repeated:
+            names = known_enum_names(f) if f.name in required else enum_names(f)
+            out.append(gxe.ExpectColumnValuesToBeInSet(column=f.name, value_set=names))
+        check = flow.field_checks.get(f.name)
+        if check is None:
+            continue
+        if check.pattern is not None:
+            out.append(gxe.ExpectColumnValuesToMatchRegex(column=f.name, regex=check.pattern))
+        if check.min_value is not None or check.max_value is not None:
+            out.append(
+                gxe.ExpectColumnValuesToBeBetween(
+                    column=f.name, min_value=check.min_value, max_value=check.max_value
+                )
+            )
+    return out
+
+
+def enum_names(f: FieldDescriptor) -> list[str]:
+    return [v.name for v in f.enum_type.values]
+
+
+def known_enum_names(f: FieldDescriptor) -> list[str]:
+    """An enum's names without its zero entry (proto3's "not set")."""
+    return [v.name for v in f.enum_type.values if v.number != 0]
+
+
+def _unset_column(f: FieldDescriptor, value: Column) -> Column:
+    if f.is_repeated:
+        return value.isNull() | (F.size(value) == 0)
+    if f.has_presence:
+        return value.isNull()
+    if f.type == FieldDescriptor.TYPE_ENUM:
+        zero = f.enum_type.values_by_number[0].name
+        return value.isNull() | (value == F.lit(zero))
+    if f.type == FieldDescriptor.TYPE_BYTES:
+        return value.isNull() | (F.length(value) == 0)
+    return value.isNull() | (value == F.lit(f.default_value))
+
+
+def _pattern_problem(pattern: str) -> str:
+    return f"does not match {pattern}"
+
+
+def _range_text(check: FieldCheck) -> str:
+    if check.min_value is None:
+        return f"is above the maximum {check.max_value:g}"
+    if check.max_value is None:
+        return f"is below the minimum {check.min_value:g}"
+    return f"is outside [{check.min_value:g}, {check.max_value:g}]"

@@ -1,0 +1,331 @@
+"""Kafka admin helpers: is the cluster there, and do the flow topics exist as declared.
+
+Topics are created explicitly with the partition count a flow declares, never auto-created by a
+producer: the partition count fixes which partition a key lands in, so a topic that a broker
+auto-created with its own default would silently differ from the declaration. For the same reason
+an existing topic with a different count is an error, not something to "fix" by adding partitions
+(which would move keys between partitions).
+
+All helpers take a librdkafka config dict, as returned by `settings.kafka_client_config()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ClusterMetadata, NewPartitions, NewTopic
+
+from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.settings import ConfigError
+
+# librdkafka logs every failed connection attempt to stderr (about 20 lines a second against a
+# closed port). Route its logs into Python logging instead; silent unless the application
+# configures logging, as usual for a library.
+log = logging.getLogger(__name__)
+librdkafka_logger = logging.getLogger("tidelake.kafka.librdkafka")
+librdkafka_logger.addHandler(logging.NullHandler())
+
+
+class OncePerMinute(logging.Filter):
+    """Lets a message through once a minute: librdkafka repeats a failed handshake twice a
+    second for as long as it lasts. Messages that differ only in numbers (ports, timings,
+    client ids) count as the same."""
+
+    def __init__(self, window_s: float = 60.0):
+        super().__init__()
+        self._window_s = window_s
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        shape = re.sub(r"\d+", "#", record.getMessage())
+        now = time.monotonic()
+        if now - self._last.get(shape, -self._window_s) < self._window_s:
+            return False
+        self._last[shape] = now
+        return True
+
+
+librdkafka_logger.addFilter(OncePerMinute())
+
+BROKER_DEFAULT_REPLICATION = -1
+"""Replication factor meaning "the broker's default.replication.factor" (Kafka 2.4+, KIP-464)."""
+
+
+class KafkaAdminError(TidelakeError, RuntimeError):
+    """A Kafka admin operation failed; the message names the cluster and the topic."""
+
+
+class KafkaUnreachableError(KafkaAdminError):
+    """No metadata could be fetched from bootstrap.servers in time."""
+
+    exit_code = 2
+
+
+class TopicConfigError(KafkaAdminError):
+    """A topic exists but not as declared (e.g. another partition count)."""
+
+
+class TopicMissingError(KafkaAdminError):
+    """A topic that must already exist does not."""
+
+
+def quiet_client_config(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of conf whose librdkafka logs go to Python logging unless conf sets a logger."""
+    quiet = dict(conf)
+    quiet.setdefault("logger", librdkafka_logger)
+    return quiet
+
+
+def check_reachable(conf: Mapping[str, Any], timeout_s: float = 10.0) -> None:
+    """Raise KafkaUnreachableError unless cluster metadata arrives within timeout_s."""
+    _metadata(_admin_client(conf), conf, timeout_s)
+
+
+def topic_partition_count(
+    conf: Mapping[str, Any], topic: str, timeout_s: float = 10.0
+) -> int | None:
+    """Partition count of topic, or None if it does not exist (never auto-creates it)."""
+    return _partition_count(_metadata(_admin_client(conf), conf, timeout_s), topic)
+
+
+def require_topic(conf: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> int:
+    """Partition count of topic; TopicMissingError saying how to create it if it does not exist."""
+    partitions = topic_partition_count(conf, topic, timeout_s)
+    if partitions is None:
+        raise TopicMissingError(
+            f"topic {topic!r} does not exist on {_bootstrap(conf)}; create it first "
+            "(`tidelake topics create`)"
+        )
+    return partitions
+
+
+def ensure_topic(
+    conf: Mapping[str, Any],
+    topic: str,
+    partitions: int,
+    *,
+    replication_factor: int = BROKER_DEFAULT_REPLICATION,
+    timeout_s: float = 30.0,
+) -> None:
+    """Create topic with exactly `partitions` partitions; a no-op if it already exists so."""
+    _ensure_topics(conf, {topic: partitions}, replication_factor, timeout_s)
+
+
+def delete_topic(conf: Mapping[str, Any], topic: str, timeout_s: float = 15.0) -> None:
+    """Delete a topic and its data; a topic that does not exist is not an error."""
+    admin = _admin_client(conf)
+    for future in admin.delete_topics([topic], operation_timeout=timeout_s).values():
+        try:
+            future.result(timeout=timeout_s + 5)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise KafkaAdminError(f"cannot delete topic {topic!r}: {exc}") from exc
+
+
+def ensure_flow_topics(
+    conf: Mapping[str, Any],
+    flows: Iterable[FlowSpec],
+    *,
+    replication_factor: int = BROKER_DEFAULT_REPLICATION,
+    timeout_s: float = 30.0,
+) -> None:
+    """ensure_topic for each flow's topic with the flow's declared partition count."""
+    wanted: dict[str, int] = {}
+    declared_by: dict[str, str] = {}
+    for flow in flows:
+        if wanted.setdefault(flow.topic, flow.topic_partitions) != flow.topic_partitions:
+            raise TopicConfigError(
+                f"flows {declared_by[flow.topic]} and {flow.name} share topic {flow.topic!r} but "
+                f"declare {wanted[flow.topic]} and {flow.topic_partitions} partitions"
+            )
+        declared_by.setdefault(flow.topic, flow.name)
+    _ensure_topics(conf, wanted, replication_factor, timeout_s)
+
+
+def _ensure_topics(
+    conf: Mapping[str, Any], wanted: Mapping[str, int], replication_factor: int, timeout_s: float
+) -> None:
+    for topic, partitions in wanted.items():
+        if partitions < 1:
+            raise ValueError(f"topic {topic!r}: partitions must be >= 1, got {partitions}")
+    if replication_factor < 1 and replication_factor != BROKER_DEFAULT_REPLICATION:
+        raise ValueError(
+            f"replication_factor must be >= 1 or {BROKER_DEFAULT_REPLICATION} (broker default), "
+            f"got {replication_factor}"
+        )
+    deadline = time.monotonic() + timeout_s
+    admin = _admin_client(conf)
+    metadata = _metadata(admin, conf, timeout_s)
+    missing = {}
+    for topic, partitions in wanted.items():
+        existing = _partition_count(metadata, topic)
+        if existing is None:
+            missing[topic] = partitions
+        else:
+            _check_count(conf, topic, existing, partitions)
+    if not missing:
+        return
+
+    futures = admin.create_topics(
+        [NewTopic(topic, partitions, replication_factor) for topic, partitions in missing.items()],
+        operation_timeout=timeout_s,
+        request_timeout=timeout_s,
+    )
+    for topic, future in futures.items():
+        try:
+            future.result(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:  # a concurrent creator won
+                raise KafkaAdminError(
+                    f"could not create topic {topic!r} with {missing[topic]} partitions on "
+                    f"{_bootstrap(conf)}: {error.str()}"
+                ) from None
+        except TimeoutError:
+            raise KafkaAdminError(
+                f"creating topic {topic!r} on {_bootstrap(conf)} did not finish within "
+                f"{timeout_s:g}s"
+            ) from None
+
+    # Creation is acknowledged by the controller; wait until metadata shows it, so that callers
+    # can produce at once, and check the count in case a concurrent creator chose another.
+    while True:
+        metadata = _metadata(admin, conf, max(0.1, deadline - time.monotonic()))
+        pending = {t: n for t, n in missing.items() if _partition_count(metadata, t) is None}
+        for topic in missing.keys() - pending.keys():
+            _check_count(conf, topic, _partition_count(metadata, topic), missing[topic])
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            raise KafkaAdminError(
+                f"topics {sorted(pending)} were created on {_bootstrap(conf)} but do not show in "
+                f"its metadata after {timeout_s:g}s"
+            )
+        time.sleep(0.05)
+
+
+def _check_count(conf: Mapping[str, Any], topic: str, existing: int | None, wanted: int) -> None:
+    """A topic may have more partitions than declared (added while it streams: the declaration
+    is the count a new topic starts with), not fewer."""
+    if existing is None or existing < wanted:
+        raise TopicConfigError(
+            f"topic {topic!r} on {_bootstrap(conf)} has {existing} partitions, but {wanted} are "
+            "declared; partitions are not added implicitly (keys would move between "
+            f"partitions): add them with `tidelake topics add-partitions FLOW --to {wanted}`, "
+            "or declare the actual count"
+        )
+    if existing > wanted:
+        log.info("topic %r has %s partitions (%s declared)", topic, existing, wanted)
+
+
+def add_partitions(conf: Mapping[str, Any], topic: str, total: int, timeout_s: float = 30.0) -> int:
+    """Grow topic to `total` partitions and wait until metadata shows them; returns the count it
+    had. Running streams, backfills and lag reports pick the new partitions up from offset 0."""
+    before = require_topic(conf, topic, timeout_s)
+    if total < before:
+        raise TopicConfigError(
+            f"topic {topic!r} has {before} partitions; Kafka cannot remove partitions, so "
+            f"{total} is not possible"
+        )
+    if total == before:
+        return before
+    admin = _admin_client(conf)
+    future = admin.create_partitions(
+        [NewPartitions(topic, total)], operation_timeout=timeout_s, request_timeout=timeout_s
+    )[topic]
+    try:
+        future.result(timeout=timeout_s + 1)
+    except KafkaException as exc:
+        raise KafkaAdminError(
+            f"could not grow topic {topic!r} to {total} partitions: {exc.args[0].str()}"
+        ) from None
+    deadline = time.monotonic() + timeout_s
+    while topic_partition_count(conf, topic, timeout_s) != total:
+        if time.monotonic() >= deadline:
+            raise KafkaAdminError(f"topic {topic!r} does not show {total} partitions yet")
+        time.sleep(0.05)
+    return before
+
+
+def _admin_client(conf: Mapping[str, Any]) -> AdminClient:
+    if not str(conf.get("bootstrap.servers", "")).strip():
+        raise ConfigError("Kafka client config has no bootstrap.servers")
+    try:
+        return AdminClient(quiet_client_config(conf))
+    except KafkaException as exc:
+        raise ConfigError(f"invalid Kafka client setting: {exc.args[0].str()}") from None
+
+
+def _metadata(admin: AdminClient, conf: Mapping[str, Any], timeout_s: float) -> ClusterMetadata:
+    bootstrap = _bootstrap(conf)
+    if _all_refuse_connections(bootstrap, timeout_s):
+        raise KafkaUnreachableError(
+            f"Kafka is unreachable at bootstrap.servers={bootstrap}: connection refused"
+        )
+    try:
+        # All topics on purpose: naming one topic auto-creates it on a cluster with Kafka's
+        # default auto.create.topics.enable=true.
+        return admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaUnreachableError(
+            f"Kafka is unreachable at bootstrap.servers={bootstrap}: no metadata within "
+            f"{timeout_s:g}s ({exc.args[0].str()}){_protocol_hint(conf)}"
+        ) from None
+
+
+def _protocol_hint(conf: Mapping[str, Any]) -> str:
+    """A listener that speaks another protocol drops the connection: librdkafka then says only
+    "Broker transport failure", so name the protocol the client tried."""
+    protocol = str(conf.get("security.protocol", "plaintext")).upper()
+    if protocol == "PLAINTEXT":
+        return ""
+    return (
+        f"; the client speaks KAFKA_SECURITY_PROTOCOL={protocol}: check that the broker's "
+        "listener at that address expects it"
+    )
+
+
+def _partition_count(metadata: ClusterMetadata, topic: str) -> int | None:
+    found = metadata.topics.get(topic)
+    if found is None:
+        return None
+    if found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        return None
+    return len(found.partitions)
+
+
+def _bootstrap(conf: Mapping[str, Any]) -> str:
+    return str(conf.get("bootstrap.servers", ""))
+
+
+def _all_refuse_connections(bootstrap: str, timeout_s: float) -> bool:
+    """True only if every bootstrap address actively refuses TCP: fail fast, not after timeout_s.
+
+    Anything less certain (unparsable address, DNS trouble, a slow network) returns False and
+    is left to librdkafka's own metadata request and timeout.
+    """
+    addresses = []
+    for entry in bootstrap.split(","):
+        host_port = entry.strip().rsplit("://", 1)[-1]
+        host, _, port = host_port.rpartition(":")
+        if not host or not port.isdigit():
+            return False
+        addresses.append((host.strip("[]"), int(port)))
+    if not addresses:
+        return False
+    for address in addresses:
+        try:
+            with socket.create_connection(address, timeout=min(1.0, timeout_s)):
+                return False
+        except ConnectionRefusedError:
+            continue
+        except OSError:
+            return False
+    return True

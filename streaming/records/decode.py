@@ -1,0 +1,281 @@
+"""Kafka records to a flow's rows, on the JVM: protobuf decode, the contract, the arrival rules.
+
+`decode_records` turns the rows of Spark's Kafka source (key, value, topic, partition, offset,
+timestamp) into the flow's columns, the UTC date, the Kafka metadata columns and `_error`. It is
+one projection of Spark SQL expressions around tidelake's JVM protobuf decoder
+(dev.tidelake.spark.ProtobufDecoder, reading the descriptor set `make protos` builds), so neither
+the stream nor a backfill starts a Python worker.
+
+Every row keeps its raw key and value (`_key`, `_value`) until the writer. A record that does
+not parse, breaks the flow's contract (flow_contract), or sits in Kafka where its event time says
+it cannot (the arrival rule, below) gets a non-null `_error`; the writer routes such rows to
+the flow's quarantine table. Rules are tried in that order and the first broken one is the
+reason.
+
+The arrival rule. A date D closes at FlowSpec.closes_at (end of D, UTC, plus allowed lateness). A
+record of D is too late when its partition had passed that time where it stands: its own Kafka
+timestamp, or that of any record before it in the partition, is after D closed. Kafka's time
+index answers the second part exactly ("the first offset stamped after T") whatever the
+timestamp type: with LogAppendTime or producers stamping send time it is plain arrival time; a
+producer that stamps event times and sends hours late lands behind newer records and is caught;
+history replayed in order still lands. A record stamped more than max_clock_skew before its event
+time is ahead. Both bound where a date's records sit in Kafka, which is what lets a backfill read
+exactly the offsets the stream accepted for a date (backfill.plan_backfill).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+
+from google.protobuf import descriptor_pb2
+from google.protobuf.descriptor import FileDescriptor
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.classic.column import Column as ClassicColumn
+from pyspark.sql.classic.column import _to_java_column
+
+from tidelake.streaming.errors import SetupError
+from tidelake.streaming.flow.contract import contract_error
+from tidelake.streaming.flow.engine_columns import (
+    ERROR_COLUMN,
+    INGEST_TIME_COLUMN,
+    KAFKA_COLUMNS,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_POSITION,
+    KAFKA_TIMESTAMP,
+    KAFKA_TOPIC,
+    RAW_KEY_COLUMN,
+    RAW_VALUE_COLUMN,
+)
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.flow.table_schema import table_schema
+
+QUARANTINE_SOURCE_COLUMNS = (
+    *KAFKA_COLUMNS,
+    INGEST_TIME_COLUMN,
+    ERROR_COLUMN,
+    RAW_KEY_COLUMN,
+    RAW_VALUE_COLUMN,
+)
+"""Columns of decoded rows that the quarantine table keeps (with the partition column)."""
+
+_UNIT_TO_US = {"s": 1_000_000, "ms": 1_000, "us": 1}
+MAX_EPOCH_US = 7_258_118_400_000_000
+"""2200-01-01: later event times are treated as corrupt."""
+_US_PER_DAY = 86_400_000_000
+_MS_PER_DAY = 86_400_000
+
+
+KAFKA_TIMEOUT_S = 30.0
+"""How long a task waits for Kafka's time index before it fails."""
+
+
+def decode_records(
+    records: DataFrame, flow: FlowSpec, kafka_conf: Mapping[str, str] | None = None
+) -> DataFrame:
+    """Spark Kafka source rows -> the flow's decoded rows (see the module docstring).
+
+    With kafka_conf the whole arrival rule applies: also a record behind one stamped after its
+    date closed is too late (Kafka's time index, asked from the executors; see
+    dev.tidelake.spark.KafkaTimeIndex). Without it, only a record's own timestamp is judged.
+    """
+    message = protobuf_decode(records["value"], flow).alias("_message")
+    fields = [f.name for f in flow.message.DESCRIPTOR.fields]
+    rows = records.select(
+        message,
+        records["key"].alias(RAW_KEY_COLUMN),
+        records["value"].alias(RAW_VALUE_COLUMN),
+        records["topic"].alias(KAFKA_TOPIC),
+        records["partition"].alias(KAFKA_PARTITION),
+        records["offset"].alias(KAFKA_OFFSET),
+        F.current_timestamp().alias(INGEST_TIME_COLUMN),
+        records["timestamp"],
+    )
+    kafka_time = F.when(F.unix_millis("timestamp") >= 0, F.col("timestamp")).otherwise(
+        F.col(INGEST_TIME_COLUMN)
+    )
+    raw_time = F.col(f"_message.{flow.event_time_field}")
+    event_us = _event_micros(raw_time, flow)
+    rows = rows.select(
+        *[F.col(f"_message.{name}").alias(name) for name in fields],
+        F.col("_message._error").alias("_decode_error"),
+        contract_error(flow, F.col("_message")).alias("_contract_error"),
+        raw_time.alias("_raw_time"),
+        event_us.alias("_event_us"),
+        kafka_time.alias(KAFKA_TIMESTAMP),
+        *[F.col(c) for c in KAFKA_POSITION],
+        F.col(INGEST_TIME_COLUMN),
+        F.col(RAW_KEY_COLUMN),
+        F.col(RAW_VALUE_COLUMN),
+    )
+    checks = [F.col("_decode_error"), F.col("_contract_error"), _time_error(flow)]
+    if kafka_conf is not None:
+        checks.append(_behind_a_later_record(flow, kafka_conf))
+    error = F.coalesce(*checks)
+    event_time = F.timestamp_micros(F.col("_event_us"))
+    return (
+        rows.withColumn(ERROR_COLUMN, error)
+        .withColumns(
+            {
+                flow.event_time_field: F.when(F.col("_event_us").isNotNull(), event_time),
+                flow.partition_column: F.to_date(
+                    F.when(F.col(ERROR_COLUMN).isNull(), event_time).otherwise(
+                        F.col("kafka_timestamp")
+                    )
+                ),
+            }
+        )
+        .select(*decoded_columns(flow))
+    )
+
+
+def decoded_columns(flow: FlowSpec) -> list[str]:
+    """Columns of decode_records' output, in order."""
+    return [
+        *table_columns(flow),
+        ERROR_COLUMN,
+        RAW_KEY_COLUMN,
+        RAW_VALUE_COLUMN,
+    ]
+
+
+def table_columns(flow: FlowSpec) -> list[str]:
+    """Columns of the flow's Delta table (table_schema.table_schema)."""
+    return list(table_schema(flow).names)
+
+
+def quarantine_columns(flow: FlowSpec) -> list[str]:
+    """Columns of decoded rows stored in the quarantine table (names without the leading _)."""
+    return [flow.partition_column, *QUARANTINE_SOURCE_COLUMNS]
+
+
+def protobuf_decode(value: Column, flow: FlowSpec) -> Column:
+    """The JVM decoder's struct of the flow's message (its fields, then `_error`)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        raise RuntimeError("protobuf_decode needs an active SparkSession")
+    decoder = spark._jvm.dev.tidelake.spark.ProtobufDecoder  # type: ignore[union-attr]
+    java_column = decoder.decode(
+        _to_java_column(value),
+        flow.message.DESCRIPTOR.full_name,
+        bytearray(descriptor_set(flow)),
+    )
+    return ClassicColumn(java_column)
+
+
+def _event_micros(raw: Column, flow: FlowSpec) -> Column:
+    """Event time in epoch µs, or null when unset or out of range (no overflow under ANSI)."""
+    per_unit = _UNIT_TO_US[flow.event_time_unit]
+    in_range = (raw > 0) & (raw < MAX_EPOCH_US // per_unit)
+    return F.when(in_range, raw * F.lit(per_unit))
+
+
+def _closes_ms(event_us: Column, flow: FlowSpec) -> Column:
+    """FlowSpec.closes_at_ms in Spark SQL, from event time in µs."""
+    lateness_ms = flow.allowed_lateness // timedelta(milliseconds=1)
+    day = F.floor(event_us / F.lit(_US_PER_DAY))
+    return (day + 1) * F.lit(_MS_PER_DAY) + F.lit(lateness_ms)
+
+
+def _behind_a_later_record(flow: FlowSpec, kafka_conf: Mapping[str, str]) -> Column:
+    """ "too late" for a record that stands behind one stamped after its date closed."""
+    from pyspark.sql import SparkSession
+
+    from tidelake.streaming.kafka.read import java_client_options
+
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        raise RuntimeError("decode_records needs an active SparkSession")
+    index = spark._jvm.dev.tidelake.spark.KafkaTimeIndex  # type: ignore[union-attr]
+    behind = index.behind(
+        *(_to_java_column(F.col(c)) for c in KAFKA_POSITION),
+        _to_java_column(_closes_ms(F.col("_event_us"), flow)),
+        java_client_options(kafka_conf),
+        int(KAFKA_TIMEOUT_S * 1000),
+    )
+    day = F.date_format(F.timestamp_micros(F.col("_event_us")), "yyyy-MM-dd")
+    return F.when(
+        ClassicColumn(behind), F.concat(F.lit("too late: arrived after "), day, F.lit(" closed"))
+    )
+
+
+def _time_error(flow: FlowSpec) -> Column:
+    """Event time out of range, or placed in Kafka where it cannot be by its own timestamp:
+    ahead of it by more than max_clock_skew, or stamped after its date closed. The rest of the
+    arrival rule (a record behind one stamped after its date closed) needs Kafka's time index:
+    _behind_a_later_record."""
+    name = flow.event_time_field
+    event_us = F.col("_event_us")
+    kafka_ms = F.unix_millis("kafka_timestamp")
+    skew_ms = flow.max_clock_skew // timedelta(milliseconds=1)
+    day = F.date_format(F.timestamp_micros(event_us), "yyyy-MM-dd")
+    return (
+        F.when(
+            event_us.isNull() & (F.col("_raw_time") != 0),
+            F.concat(F.lit(f"{name} out of range: "), F.col("_raw_time").cast("string")),
+        )
+        .when(
+            F.floor(event_us / 1000) > kafka_ms + F.lit(skew_ms),
+            F.lit(f"{name} ahead of the Kafka timestamp"),
+        )
+        .when(
+            kafka_ms > _closes_ms(event_us, flow),
+            F.concat(F.lit("too late: arrived after "), day, F.lit(" closed")),
+        )
+    )
+
+
+class DescriptorSetError(SetupError, RuntimeError):
+    """A flow's descriptor set is missing or disagrees with its generated code."""
+
+
+def descriptor_set(flow: FlowSpec) -> bytes:
+    """The FileDescriptorSet `make protos` wrote next to the flow's generated module.
+
+    The decoder reads the message from it and the table schema comes from the generated code,
+    so the two must describe the same fields: a stale file is refused here, not as a Spark
+    schema mismatch later.
+    """
+    file = flow.message.DESCRIPTOR.file
+    module = importlib.import_module(flow.message.__module__)
+    return load_descriptor_set(
+        Path(str(module.__file__)).with_name(f"{Path(file.name).stem}.binpb"), file
+    )
+
+
+def load_descriptor_set(path: Path, file: FileDescriptor) -> bytes:
+    """The descriptor set at path, refused unless it holds `file` as its generated code has it."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise DescriptorSetError(f"{path} is missing: run `make protos`") from None
+    generated = descriptor_pb2.FileDescriptorProto()
+    file.CopyToProto(generated)
+    built = [
+        f for f in descriptor_pb2.FileDescriptorSet.FromString(data).file if f.name == file.name
+    ]
+    if [_without_json_names(f) for f in built] != [generated]:
+        raise DescriptorSetError(
+            f"{path} does not match {file.name} as generated: run `make protos`"
+        )
+    return data
+
+
+def _without_json_names(
+    file: descriptor_pb2.FileDescriptorProto,
+) -> descriptor_pb2.FileDescriptorProto:
+    """protoc fills json_name in descriptor sets; generated code's descriptors leave it out."""
+    file = descriptor_pb2.FileDescriptorProto.FromString(file.SerializeToString())
+    messages = list(file.message_type)
+    while messages:
+        message = messages.pop()
+        for field in [*message.field, *message.extension]:
+            field.ClearField("json_name")
+        messages.extend(message.nested_type)
+    return file

@@ -1,0 +1,152 @@
+"""The SparkSession the engine runs in: the jar cache on its classpath, Delta configured."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+
+from pyspark.sql import SparkSession
+
+from tidelake.streaming.settings import host_settings
+from tidelake.streaming.spark import class_archive
+from tidelake.streaming.spark.interrupts import host_interrupts
+from tidelake.streaming.spark.jars import spark_jars
+
+DEFAULT_SPARK_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    # one state partition per core: each micro-batch commits every state partition's RocksDB
+    # store, a fixed cost per partition (a restarted query keeps its checkpoint's number)
+    "spark.sql.shuffle.partitions": "2",
+    # how often an idle stream asks Kafka for new offsets (Spark's default, 10 ms, kept an idle
+    # stream at 42% of a core)
+    "spark.sql.streaming.pollingDelay": "100ms",
+    # an idle stream should not plan empty batches
+    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+    # deduplication state on local disk, not the JVM heap: a backlog's keys can be many
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    # counting rows makes every state write read the key first (measured: dedup updates of
+    # 200k rows 4.5 s -> see README benchmarks); the count is only a metric
+    "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false",
+    # Delta through delta-spark (jars from the jar cache, see jvm_jars)
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # commits atomic across processes on the local filesystem (Delta's own LocalLogStore is
+    # atomic only within one JVM): see jvm/spark-extensions AtomicLocalLogStore
+    "spark.delta.logStore.file.impl": "dev.tidelake.delta.AtomicLocalLogStore",
+    # a snapshot's state is rebuilt with this many tasks (default 50, for clusters)
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # data files that delta-rs commits (delta_files): Delta's timestamp encoding, no _SUCCESS
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+}
+
+
+def spark_session_conf(
+    master: str = "local[2]",
+    conf: Mapping[str, str] | None = None,
+    app_name: str = "tidelake",
+    *,
+    use_class_archive: bool = True,
+) -> dict[str, str]:
+    """Every setting of the engine's session, for SparkSession.builder or a Dagster resource.
+
+    spark.jars lists the jar cache's Spark-side jars (Spark's Kafka source, Delta); user
+    jars given in conf are kept after them. Local masters bind to loopback only. Workers run
+    this interpreter (the virtualenv), not whatever python3 is on PATH. With
+    use_class_archive the driver JVM maps the class archive of `tidelake spark-archive` if
+    one was built (see spark_class_archive); it changes nothing else.
+    """
+    settings = {
+        "spark.master": master,
+        "spark.app.name": app_name,
+        "spark.pyspark.python": sys.executable,
+        **DEFAULT_SPARK_CONF,
+    }
+    if master.startswith("local"):
+        settings["spark.driver.host"] = "127.0.0.1"
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
+    conf = dict(conf or {})
+    jars = [str(j) for j in spark_jars()] + [j for j in conf.pop("spark.jars", "").split(",") if j]
+    settings["spark.jars"] = ",".join(jars)
+    settings.update(conf)
+    archive_options = class_archive.java_options() if use_class_archive else ""
+    if archive_options:
+        user_options = settings.get("spark.driver.extraJavaOptions", "")
+        settings["spark.driver.extraJavaOptions"] = f"{archive_options} {user_options}".strip()
+    return settings
+
+
+def build_spark_session(
+    master: str = "local[2]",
+    conf: Mapping[str, str] | None = None,
+    app_name: str = "tidelake",
+    *,
+    use_class_archive: bool = True,
+) -> SparkSession:
+    """Get or create the engine's session (see spark_session_conf)."""
+    prepare_environment(master)
+    builder = SparkSession.builder
+    for key, value in spark_session_conf(
+        master, conf, app_name, use_class_archive=use_class_archive
+    ).items():
+        builder = builder.config(key, value)
+    return prepare_session(builder.getOrCreate())
+
+
+def prepare_environment(master: str) -> None:
+    """Environment the driver needs before its JVM starts.
+
+    PySpark takes the Python of planner workers (data sources) from PYSPARK_PYTHON, not from
+    spark.pyspark.python, so without it they run the system python3, which lacks tidelake.
+    """
+    keep_secrets_out_of_py4j_logs()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+QUIET_JVM_LOGGERS = ("org.apache.kafka", "org.apache.spark.sql.kafka010.KafkaOffsetReaderAdmin")
+"""Kafka's clients warn on every failed connection attempt and Spark's offset reader on every
+retry, each with a stack: an unreachable broker printed ~300 lines before the stream failed with
+one line that says so (FlowStream.explain_failure). Their errors still show."""
+
+
+def prepare_session(spark: SparkSession) -> SparkSession:
+    """Quiet Spark's logs on a session, also one built elsewhere (a Dagster resource)."""
+    level = host_settings().spark_log_level
+    spark.sparkContext.setLogLevel(level)
+    if level.upper() in ("WARN", "ERROR", "FATAL", "OFF"):
+        jvm = spark._jvm
+        assert jvm is not None
+        log4j = jvm.org.apache.logging.log4j
+        for name in QUIET_JVM_LOGGERS:
+            log4j.core.config.Configurator.setLevel(name, log4j.Level.ERROR)
+    return spark
+
+
+@contextmanager
+def host_session(create: Callable[[], SparkSession], master: str) -> Iterator[SparkSession]:
+    """A session built by a host (a Dagster resource), prepared, with the host in charge of
+    SIGINT inside the block (see jvm_interrupts)."""
+    prepare_environment(master)
+    with host_interrupts(create) as session:
+        yield prepare_session(session)
+
+
+def keep_secrets_out_of_py4j_logs() -> None:
+    """py4j logs every command it sends to the JVM at DEBUG, option values included: a Kafka
+    password in kafka.sasl.jaas.config would reach the log in clear text. Its logger never goes
+    below INFO, whatever TIDELAKE_LOG_LEVEL says."""
+    for name in ("py4j", "py4j.clientserver", "py4j.java_gateway"):
+        logger = logging.getLogger(name)
+        if logger.getEffectiveLevel() < logging.INFO:
+            logger.setLevel(logging.INFO)

@@ -1,0 +1,86 @@
+"""Moving a stream onto a new checkpoint when the old one cannot or must not go on.
+
+Spark refuses to restart a query that has a stateful operator (deduplication) from a checkpoint
+written without one (STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY); and after a table was
+restored from an older copy the checkpoint is ahead of it (stream_guard). The old checkpoint is
+kept beside the new one, and the new query starts exactly where the tables say the old one
+stopped (the furthest of those given), so no record is lost or written twice. The
+start is pinned in a file inside the new checkpoint, because a Python data source's initial
+offset is not in Spark's offset log: a query that fails before its first commit must restart from
+the same place.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from pathlib import Path
+
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from tidelake.streaming.stream.status import written_position
+
+log = logging.getLogger(__name__)
+
+START_OFFSETS_FILE = "tidelake-start-offsets.json"
+
+
+def lacks_state(checkpoint: str | Path) -> bool:
+    """True if the checkpoint has committed batches but no state (written by a stateless query)."""
+    root = Path(checkpoint)
+    commits = root / "commits"
+    has_commits = commits.is_dir() and any(p.name.isdigit() for p in commits.iterdir())
+    return has_commits and not (root / "state").exists()
+
+
+def start_new_checkpoint(checkpoint: str | Path, *table_uris: str, reason: str) -> Path:
+    """Retire the checkpoint (renamed, never deleted) and pin the new one's start at the newest
+    batch any of the tables (main, quarantine) holds; returns the retired folder.
+
+    The new checkpoint is staged beside the old one with its pin, then swapped in, so a crash at
+    any point leaves either the old checkpoint or a pinned new one (see recover_upgrade).
+    """
+    root = Path(checkpoint)
+    tables = []
+    for uri in table_uris:
+        try:
+            tables.append(DeltaTable(uri))
+        except TableNotFoundError:
+            continue
+    written = written_position(root, *tables)
+    staged = root.with_name(f"{root.name}.new")
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir(parents=True)
+    if written is not None:
+        pin = staged / START_OFFSETS_FILE
+        pin.with_suffix(".tmp").write_text(written)
+        pin.with_suffix(".tmp").rename(pin)
+    retired = root.with_name(f"{root.name}.retired-{time.strftime('%Y%m%dT%H%M%S')}")
+    root.rename(retired)
+    staged.rename(root)
+    log.warning(
+        "checkpoint %s is retired (%s); it is kept as %s and the stream starts a new one at %s",
+        root,
+        reason,
+        retired,
+        written or "the topic's earliest offsets (the tables hold nothing of the old query)",
+    )
+    return retired
+
+
+def recover_upgrade(checkpoint: str | Path) -> None:
+    """Finish an upgrade that stopped between retiring the old checkpoint and swapping in the
+    staged one."""
+    root = Path(checkpoint)
+    staged = root.with_name(f"{root.name}.new")
+    if not root.exists() and staged.is_dir():
+        staged.rename(root)
+        log.warning("finished moving the staged checkpoint %s into place", root)
+
+
+def pinned_start(checkpoint: str | Path) -> str | None:
+    """The startingOffsets JSON pinned by start_new_checkpoint, if any."""
+    path = Path(checkpoint) / START_OFFSETS_FILE
+    return path.read_text() if path.exists() else None

@@ -1,0 +1,186 @@
+"""One flow's always-on query: Kafka -> protobuf decode -> Delta table (+ quarantine)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from tidelake.streaming.delta.evolution import evolve_table
+from tidelake.streaming.delta.write import MicroBatchWriter, ensure_flow_tables
+from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.kafka.admin import ensure_topic, require_topic
+from tidelake.streaming.kafka.read import (
+    explain_query_failure,
+    stream_records,
+)
+from tidelake.streaming.records.decode import decode_records
+from tidelake.streaming.records.dedup import drop_repeats_in_stream
+from tidelake.streaming.settings import EngineSettings, redact
+from tidelake.streaming.stream.checkpoint_upgrade import (
+    lacks_state,
+    pinned_start,
+    recover_upgrade,
+    start_new_checkpoint,
+)
+from tidelake.streaming.stream.guard import (
+    check_checkpoint_matches_table,
+    check_checkpoint_readable,
+    check_table_files_exist,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FlowStream:
+    """Builds and runs the streaming query of one declared flow: Spark's Kafka source, the JVM
+    decoder and rules (decode), Spark's deduplication (dedup), then foreachBatch into Delta
+    (delta_write)."""
+
+    flow: FlowSpec
+    settings: EngineSettings
+    kafka_conf: Mapping[str, str]
+
+    @property
+    def query_name(self) -> str:
+        return f"{self.flow.name}_stream"
+
+    @property
+    def table_uri(self) -> str:
+        return str(self.settings.table_path(self.flow.table))
+
+    @property
+    def quarantine_uri(self) -> str:
+        return str(self.settings.table_path(self.flow.quarantine_table))
+
+    @property
+    def checkpoint(self) -> str:
+        return str(self.settings.checkpoint_path(self.flow.name))
+
+    def preflight(self, *, restart_from_table: bool = False) -> None:
+        """Fail fast, before Spark starts: a lake or checkpoint folder that cannot be written, a
+        missing broker or topic (created instead with TIDELAKE_CREATE_TOPICS), a checkpoint that
+        does not match the table, a table whose data files are gone (stream_guard), a message
+        change the table cannot follow; then bring the table to the flow's message
+        (table_evolution).
+
+        restart_from_table retires the checkpoint and starts a new one where the table's last
+        batch ended: the documented way forward after a table was restored from a copy.
+        """
+        self.settings.require_usable_folders()
+        if self.settings.create_topics:
+            ensure_topic(self.kafka_conf, self.flow.topic, self.flow.topic_partitions)
+        require_topic(self.kafka_conf, self.flow.topic)
+        recover_upgrade(self.checkpoint)
+        check_checkpoint_readable(self.flow.name, self.flow.topic, self.checkpoint)
+        if restart_from_table:
+            start_new_checkpoint(self.checkpoint, self.table_uri, reason="asked to restart")
+        elif self.flow.dedup_key is not None and lacks_state(self.checkpoint):
+            start_new_checkpoint(
+                self.checkpoint,
+                self.table_uri,
+                self.quarantine_uri,
+                reason="it was written without deduplication state",
+            )
+        check_table_files_exist(self.flow.name, self.table_uri)
+        check_checkpoint_matches_table(
+            self.flow.name, self.flow.topic, self.checkpoint, self.table_uri
+        )
+        evolve_table(self.flow, self.table_uri)
+
+    def explain_failure(self, message: str) -> str:
+        return explain_query_failure(message, self.kafka_conf)
+
+    def start(self, spark: SparkSession, *, available_now: bool = False) -> StreamingQuery:
+        """Start the query (call preflight first: it prepares the checkpoint)."""
+        log.info(
+            "starting %s: topic %s -> %s (kafka %s)",
+            self.query_name,
+            self.flow.topic,
+            self.table_uri,
+            redact(self.kafka_conf),
+        )
+        records = stream_records(
+            spark,
+            self.flow,
+            self.kafka_conf,
+            starting_offsets=pinned_start(self.checkpoint) or "earliest",
+            max_offsets_per_trigger=self.settings.max_offsets_per_trigger,
+            fail_on_data_loss=self.settings.fail_on_data_loss,
+        )
+        decoded = decode_records(records, self.flow, self.kafka_conf)
+        ensure_flow_tables(decoded, self.flow, self.table_uri, self.quarantine_uri)
+        writer = (
+            drop_repeats_in_stream(decoded, self.flow)
+            .writeStream.foreachBatch(
+                MicroBatchWriter(self.flow, self.table_uri, self.quarantine_uri, self.checkpoint)
+            )
+            .queryName(self.query_name)
+            .option("checkpointLocation", self.checkpoint)
+        )
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=self.settings.trigger_interval)
+        return writer.start()
+
+
+ProgressHandler = Callable[[StreamingQuery, dict[str, Any] | None], None]
+"""Called every progress interval with the query and its newest progress (None before any)."""
+
+
+def log_progress(query: StreamingQuery, progress: dict[str, Any] | None) -> None:
+    if progress is None:
+        log.info("%s: waiting for the first batch", query.name)
+        return
+    log.info(
+        "%s batch %s: %s rows, %.0f rows/s in, %.0f rows/s processed",
+        query.name,
+        progress["batchId"],
+        progress["numInputRows"],
+        progress.get("inputRowsPerSecond") or 0.0,
+        progress.get("processedRowsPerSecond") or 0.0,
+    )
+
+
+class StreamFailedError(TidelakeError, RuntimeError):
+    """The streaming query stopped with an error; the message says why in tidelake's terms."""
+
+
+def await_query(
+    query: StreamingQuery,
+    stop: threading.Event,
+    progress_interval_s: float = 10.0,
+    on_progress: ProgressHandler = log_progress,
+    explain: Callable[[str], str] = str,
+) -> None:
+    """Block until the query ends or `stop` is set (then stop it gracefully).
+
+    Reports progress every `progress_interval_s`, also while idle, so that a watcher can tell a
+    quiet stream from a dead one. Raises StreamFailedError if the query failed, with the
+    failure put in words by `explain` (FlowStream.explain_failure).
+    """
+    next_report = time.monotonic() + progress_interval_s
+    try:
+        while query.isActive and not stop.is_set():
+            query.awaitTermination(0.25)  # type: ignore[arg-type]  # seconds; pyspark's hint says int
+            if time.monotonic() >= next_report and query.isActive:
+                next_report = time.monotonic() + progress_interval_s
+                on_progress(query, query.lastProgress)
+        if query.isActive:
+            log.info("stopping %s", query.name)
+            query.stop()
+        failure = query.exception()
+    except StreamingQueryException as exc:
+        failure = exc
+    if failure is not None:
+        raise StreamFailedError(f"{query.name} failed: {explain(str(failure))}") from failure

@@ -1,0 +1,70 @@
+"""Run one flow's stream as a process: until stopped, or until caught up (--available-now).
+
+SIGTERM and SIGINT stop the query gracefully: Spark abandons the batch in flight, whose
+offsets are in the checkpoint but not its commit log, so the restarted query replays exactly
+that batch and the idempotent Delta sink drops what was already committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from types import FrameType
+
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.stream.flow_stream import FlowStream, await_query
+
+log = logging.getLogger(__name__)
+
+
+def run_flow_stream(
+    flow: FlowSpec,
+    settings: EngineSettings,
+    kafka_conf: Mapping[str, str],
+    *,
+    available_now: bool = False,
+    restart_from_table: bool = False,
+    stop: threading.Event | None = None,
+) -> None:
+    """Start Spark and the flow's query, block until it ends; raise if it fails."""
+    stream = FlowStream(flow, settings, kafka_conf)
+    # broker, topic, checkpoint and table problems surface before Spark's start-up cost
+    stream.preflight(restart_from_table=restart_from_table)
+    from tidelake.streaming.spark.session import build_spark_session
+
+    started = time.monotonic()
+    spark = build_spark_session(settings.spark_master, settings.spark_conf, f"tidelake-{flow.name}")
+    log.info("spark session ready in %.1fs", time.monotonic() - started)
+    query = stream.start(spark, available_now=available_now)
+    await_query(query, stop or threading.Event(), explain=stream.explain_failure)
+
+
+@contextmanager
+def graceful_stop_signals(
+    logger: logging.Logger = log, stopping: str = "stopping after the current batch"
+) -> Iterator[threading.Event]:
+    """An event set by the first SIGTERM/SIGINT (logged on `logger`: "received SIGTERM:
+    <stopping>"); a second one exits at once.
+
+    The previous handlers come back on exit, so a host process (a Dagster run worker) keeps its
+    own interrupt handling outside the stream.
+    """
+    stop = threading.Event()
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise SystemExit(128 + signum)
+        logger.info("received %s: %s", signal.Signals(signum).name, stopping)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,205 @@
+"""Where a stream stands, read from outside the stream: its checkpoint, Kafka's ends, its table.
+
+Supervisors and health checks use these without Spark: the checkpoint is a folder of small JSON
+files, Kafka's ends come from one bounded probe, and the table's progress from the Delta log's
+per-file statistics (no data file is read).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.kafka.offsets import PartitionEnds, from_json_offsets
+
+
+@dataclass(frozen=True)
+class CommittedBatch:
+    """The newest micro-batch that the stream's checkpoint records as fully committed."""
+
+    batch_id: int
+    offsets: dict[int, int]
+    """Kafka partition -> next offset to read (the end of this batch)."""
+    committed_at: datetime
+
+
+def committed_batch(checkpoint: str | Path, topic: str) -> CommittedBatch | None:
+    """The checkpoint's newest committed batch, or None before the first commit.
+
+    A batch is committed once `commits/<id>` exists; its end offsets are the source line of
+    `offsets/<id>` (Spark's offset log: version, metadata, then one line per source).
+    """
+    root = Path(checkpoint)
+    commits = _batch_files(root / "commits")
+    for batch_id in sorted(commits, reverse=True):
+        offsets_file = root / "offsets" / str(batch_id)
+        if not offsets_file.exists():
+            continue
+        lines = offsets_file.read_text().splitlines()
+        if len(lines) < 3:
+            continue
+        ends = from_json_offsets(lines[2])
+        stamp = commits[batch_id].stat().st_mtime
+        return CommittedBatch(
+            batch_id=batch_id,
+            offsets={p: o for (t, p), o in ends.items() if t == topic},
+            committed_at=datetime.fromtimestamp(stamp, UTC),
+        )
+    return None
+
+
+def written_position(checkpoint: str | Path, *tables: DeltaTable) -> str | None:
+    """End offsets (the offset log's JSON) of the newest batch of this checkpoint's query that
+    any of the tables holds, or None if they hold none.
+
+    The Delta sink records each batch as the app transaction `tidelake-<query id>` of every table
+    it writes; its version is the batch id. This is the tables' word, so a batch written but not
+    yet marked committed in the checkpoint counts.
+    """
+    root = Path(checkpoint)
+    try:
+        query_id = json.loads((root / "metadata").read_text())["id"]
+    except (OSError, ValueError, KeyError):
+        return None
+    batches = [t.transaction_version(f"tidelake-{query_id}") for t in tables]
+    written = [b for b in batches if b is not None]
+    if not written:
+        return None
+    lines = (root / "offsets" / str(max(written))).read_text().splitlines()
+    return lines[2]
+
+
+def _batch_files(folder: Path) -> dict[int, Path]:
+    if not folder.is_dir():
+        return {}
+    return {int(p.name): p for p in folder.iterdir() if p.name.isdigit()}
+
+
+@dataclass(frozen=True)
+class StreamLag:
+    """Records on Kafka that the stream has not committed yet, per partition and in total."""
+
+    by_partition: dict[int, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_partition.values())
+
+
+def kafka_ends(kafka_conf: dict[str, str], topic: str, timeout_s: float = 5.0) -> dict[int, int]:
+    """Exact end offset of every partition of `topic`; raises KafkaSourceError within timeout_s."""
+    probe = PartitionEnds(kafka_conf, "tidelake-status", timeout_s)
+    try:
+        partitions = probe.partitions([topic])
+        ends = probe.latest(partitions)
+    finally:
+        probe.close()
+    return {p: o for (_, p), o in ends.items()}
+
+
+def first_record_date(
+    kafka_conf: dict[str, str], topic: str, timeout_s: float = 5.0
+) -> date | None:
+    """UTC date of the oldest record `topic` still holds (by Kafka timestamp); None if empty."""
+    probe = PartitionEnds(kafka_conf, "tidelake-status", timeout_s)
+    try:
+        firsts = probe.records_at(probe.earliest(probe.partitions([topic])))
+    finally:
+        probe.close()
+    stamps = [found[1] for found in firsts.values() if found is not None]
+    return datetime.fromtimestamp(min(stamps) / 1000, UTC).date() if stamps else None
+
+
+def stream_lag(ends: Mapping[int, int], done: Mapping[int, int]) -> StreamLag:
+    """Kafka end offsets minus the stream's offsets (a whole partition if it has none).
+
+    Before the first commit the whole topic counts as lag, which slightly overstates it when
+    retention has deleted the start of a partition.
+    """
+    return StreamLag({p: max(0, end - done.get(p, 0)) for p, end in sorted(ends.items())})
+
+
+@dataclass(frozen=True)
+class TableProgress:
+    """What a flow's Delta table holds, from the log's statistics only."""
+
+    version: int
+    max_event_time: datetime | None
+    rows_by_date: dict[str, int] = field(default_factory=dict)
+    files_by_date: dict[str, int] = field(default_factory=dict)
+    bytes_by_date: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return sum(self.rows_by_date.values())
+
+    @property
+    def files(self) -> int:
+        return sum(self.files_by_date.values())
+
+
+def table_progress(table_uri: str, flow: FlowSpec) -> TableProgress | None:
+    """Rows, files and newest event time per date partition; None if the table does not exist."""
+    try:
+        table = DeltaTable(table_uri)
+    except TableNotFoundError:
+        return None
+    return snapshot_progress(table, flow.partition_column, flow.event_time_field)
+
+
+def snapshot_progress(
+    table: DeltaTable, partition_column: str, event_time_field: str | None = None
+) -> TableProgress:
+    """TableProgress of the snapshot `table` holds, from its add actions' statistics."""
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+    rows: dict[str, int] = defaultdict(int)
+    files: dict[str, int] = defaultdict(int)
+    sizes: dict[str, int] = defaultdict(int)
+    newest: datetime | None = None
+    dates = actions.get(f"partition.{partition_column}", [])
+    for day, count, size, top in zip(
+        dates,
+        actions.get("num_records", []),
+        actions.get("size_bytes", []),
+        actions.get(f"max.{event_time_field}", [None] * len(dates)),
+        strict=True,
+    ):
+        key = day.isoformat() if isinstance(day, date) else str(day)
+        rows[key] += int(count or 0)
+        files[key] += 1
+        sizes[key] += int(size)
+        if top is not None:
+            top = top if top.tzinfo else top.replace(tzinfo=UTC)
+            newest = top if newest is None or top > newest else newest
+    return TableProgress(table.version(), newest, dict(rows), dict(files), dict(sizes))
+
+
+def closed_dates(progress: TableProgress, flow: FlowSpec, after: str | None) -> list[str]:
+    """Dates closed (FlowSpec.closes_at) by the table's newest event time.
+
+    Starts at the day after `after` (or the table's first date) and includes empty days, so
+    daily consumers see every day exactly once, in order.
+    """
+    if progress.max_event_time is None or not progress.rows_by_date:
+        return []
+    last_closed = flow.last_closed_date(progress.max_event_time)
+    first = (
+        date.fromisoformat(after) + timedelta(days=1)
+        if after
+        else date.fromisoformat(min(progress.rows_by_date))
+    )
+    out = []
+    day = first
+    while day <= last_closed:
+        out.append(day.isoformat())
+        day += timedelta(days=1)
+    return out
