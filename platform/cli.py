@@ -682,15 +682,15 @@ def install_jars(pom: Path) -> None:
     Maven resolves jvm/pom.xml offline first (a warm ~/.m2), then from Maven Central; jars that
     pyspark already ships are left out. `make venv` runs it.
     """
-    from tidelake.streaming.spark import jars as jvm_jars
+    from tidelake.streaming.spark import jars
 
     try:
-        report = jvm_jars.install(pom)
+        report = jars.install(pom)
     except (OSError, RuntimeError) as exc:
         raise CliError(f"could not install the JVM artifacts: {exc}") from None
     click.echo(
         f"JVM artifacts: {report.jars} jars, {report.size_bytes / 1e6:.0f} MB in "
-        f"{jvm_jars.jars_home()} ({report.seconds:.1f}s, "
+        f"{jars.jars_home()} ({report.seconds:.1f}s, "
         f"{'offline from ~/.m2' if report.offline else 'from Maven Central'}; "
         f"{len(report.dropped)} left out as pyspark ships them)"
     )

@@ -17,6 +17,7 @@ import re
 import socket
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,6 +40,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(kind)
         if kind == "e2e":
             item.add_marker("integration")
+
+
+@pytest.fixture
+def no_kafka_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No KAFKA_* settings, and an empty TIDELAKE_HOME: nothing to connect to."""
+    for name in list(os.environ):
+        if name.startswith("KAFKA_"):
+            monkeypatch.delenv(name)
+    home = tmp_path / "home"
+    monkeypatch.setenv("TIDELAKE_HOME", str(home))
+    return home
 
 
 @pytest.fixture(scope="session")

@@ -83,7 +83,7 @@ def validate_partition(table_uri: str, flow: FlowSpec, day: str) -> PartitionVal
         for expectation in factory()
     ]
     expectations = [
-        # not exact: the column of a field removed from the message stays (table_evolution)
+        # not exact: the column of a field removed from the message stays (delta/evolution.py)
         gxe.ExpectTableColumnsToMatchSet(column_set=columns, exact_match=False),
         gxe.ExpectColumnValuesToBeBetween(
             column=flow.event_time_field,

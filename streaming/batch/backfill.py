@@ -11,7 +11,7 @@ rule as the stream, with the same lookups, so stream and backfill agree record b
 Semantics while the stream runs: the backfill reads a snapshot V of the table, takes the
 stream's committed position E at V (its Delta app transaction names the checkpoint batch whose
 offsets are E), reads the window up to E, and replaces the dates' files of snapshot V
-(delta_commit.replace_partitions). Records after E are the stream's to append, and its appends
+(delta/commit.py's replace_partitions). Records after E are the stream's to append, and its appends
 committed after V survive the replace. So every accepted record of D is in the table once, and a
 rerun yields the same rows.
 """

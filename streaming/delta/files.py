@@ -1,7 +1,7 @@
 """Data files of a Delta table: written by Spark, described for a commit by delta-rs.
 
 The JVM writes Parquet (write_data_files); the driver describes each file as a `DataFile` (size,
-partition value, Delta statistics from the Parquet footer), which delta_commit commits.
+partition value, Delta statistics from the Parquet footer), which delta/commit.py commits.
 """
 
 from __future__ import annotations

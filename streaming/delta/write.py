@@ -75,7 +75,7 @@ def arrow_schema(rows: DataFrame) -> pa.Schema:
 def ensure_flow_tables(
     decoded: DataFrame, flow: FlowSpec, table_uri: str, quarantine_uri: str
 ) -> None:
-    """The flow's table, created or brought to its message (table_evolution), and its
+    """The flow's table, created or brought to its message (delta/evolution.py), and its
     quarantine table, created from the decoded rows' schema if missing; a table the decoded
     rows do not fit is refused."""
     evolve_table(flow, table_uri)

@@ -37,7 +37,7 @@ class FlowSpecError(SetupError, ValueError):
 
 @dataclass(frozen=True)
 class FieldCheck:
-    """A bound on one field's values, part of the flow's contract (see flow_contract)."""
+    """A bound on one field's values, part of the flow's contract (see flow/contract.py)."""
 
     pattern: str | None = None
     """Strings: the whole value must match this regular expression (Python and Java syntax)."""
@@ -56,7 +56,7 @@ class FlowSpec:
     event_time_field: str
     event_time_unit: EventTimeUnit = "ms"
     required_fields: tuple[str, ...] = ()
-    """Fields that must be set, besides the key and the event time (see flow_contract)."""
+    """Fields that must be set, besides the key and the event time (see flow/contract.py)."""
     field_checks: Mapping[str, FieldCheck] = field(default_factory=dict, compare=False)
     """Bounds on field values, checked by the ingest service, the stream and the quality suite."""
     topic_partitions: int = 4

@@ -7,7 +7,7 @@ one projection of Spark SQL expressions around tidelake's JVM protobuf decoder
 the stream nor a backfill starts a Python worker.
 
 Every row keeps its raw key and value (`_key`, `_value`) until the writer. A record that does
-not parse, breaks the flow's contract (flow_contract), or sits in Kafka where its event time says
+not parse, breaks the flow's contract (flow/contract.py), or sits in Kafka where its event time says
 it cannot (the arrival rule, below) gets a non-null `_error`; the writer routes such rows to
 the flow's quarantine table. Rules are tried in that order and the first broken one is the
 reason.

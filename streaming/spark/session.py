@@ -35,7 +35,7 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
     # counting rows makes every state write read the key first (measured: dedup updates of
     # 200k rows 4.5 s -> see README benchmarks); the count is only a metric
     "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false",
-    # Delta through delta-spark (jars from the jar cache, see jvm_jars)
+    # Delta through delta-spark (jars from the jar cache, see spark/jars.py)
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     # commits atomic across processes on the local filesystem (Delta's own LocalLogStore is
@@ -44,7 +44,7 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
     # a snapshot's state is rebuilt with this many tasks (default 50, for clusters)
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
-    # data files that delta-rs commits (delta_files): Delta's timestamp encoding, no _SUCCESS
+    # data files that delta-rs commits (delta/files.py): Delta's timestamp encoding, no _SUCCESS
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
 }
@@ -63,7 +63,7 @@ def spark_session_conf(
     jars given in conf are kept after them. Local masters bind to loopback only. Workers run
     this interpreter (the virtualenv), not whatever python3 is on PATH. With
     use_class_archive the driver JVM maps the class archive of `tidelake spark-archive` if
-    one was built (see spark_class_archive); it changes nothing else.
+    one was built (see spark/class_archive.py); it changes nothing else.
     """
     settings = {
         "spark.master": master,
@@ -136,7 +136,7 @@ def prepare_session(spark: SparkSession) -> SparkSession:
 @contextmanager
 def host_session(create: Callable[[], SparkSession], master: str) -> Iterator[SparkSession]:
     """A session built by a host (a Dagster resource), prepared, with the host in charge of
-    SIGINT inside the block (see jvm_interrupts)."""
+    SIGINT inside the block (see spark/interrupts.py)."""
     prepare_environment(master)
     with host_interrupts(create) as session:
         yield prepare_session(session)

@@ -2,7 +2,7 @@
 
 Spark refuses to restart a query that has a stateful operator (deduplication) from a checkpoint
 written without one (STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY); and after a table was
-restored from an older copy the checkpoint is ahead of it (stream_guard). The old checkpoint is
+restored from an older copy the checkpoint is ahead of it (stream/guard.py). The old checkpoint is
 kept beside the new one, and the new query starts exactly where the tables say the old one
 stopped (the furthest of those given), so no record is lost or written twice. The
 start is pinned in a file inside the new checkpoint, because a Python data source's initial

@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 class FlowStream:
     """Builds and runs the streaming query of one declared flow: Spark's Kafka source, the JVM
     decoder and rules (decode), Spark's deduplication (dedup), then foreachBatch into Delta
-    (delta_write)."""
+    (delta/write.py)."""
 
     flow: FlowSpec
     settings: EngineSettings
@@ -69,9 +69,9 @@ class FlowStream:
     def preflight(self, *, restart_from_table: bool = False) -> None:
         """Fail fast, before Spark starts: a lake or checkpoint folder that cannot be written, a
         missing broker or topic (created instead with TIDELAKE_CREATE_TOPICS), a checkpoint that
-        does not match the table, a table whose data files are gone (stream_guard), a message
+        does not match the table, a table whose data files are gone (stream/guard.py), a message
         change the table cannot follow; then bring the table to the flow's message
-        (table_evolution).
+        (delta/evolution.py).
 
         restart_from_table retires the checkpoint and starts a new one where the table's last
         batch ended: the documented way forward after a table was restored from a copy.

@@ -18,12 +18,9 @@ from live_stream import BackgroundProducer, run_available_now, running_stream, w
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.streaming.batch.backfill import (
     BackfillError,
-    date_window,
     plan_backfill,
-    retention_problem,
     run_backfill,
 )
-from tidelake.streaming.calls.flow import CALL_EVENTS
 from tidelake.streaming.kafka.admin import quiet_client_config
 from tidelake.streaming.kafka.offsets import PartitionEnds
 
@@ -46,23 +43,6 @@ def day_rows(uri: str, day: str) -> pa.Table:
     table = read_delta(uri).select(COMPARED)
     table = table.filter(pc.equal(table["date"], date.fromisoformat(day)))
     return table.sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
-
-
-def test_window_spans_skew_before_and_lateness_after() -> None:
-    start, end = date_window(CALL_EVENTS, ["2026-11-20", "2026-11-19"])
-    assert start == datetime(2026, 11, 18, 23, tzinfo=UTC)
-    assert end == datetime(2026, 11, 21, 2, tzinfo=UTC)
-
-
-def test_retention_problem_names_the_earliest_complete_date() -> None:
-    start_ms = int(datetime(2026, 11, 18, 23, tzinfo=UTC).timestamp() * 1000)
-    kept = int(datetime(2026, 11, 19, 6, tzinfo=UTC).timestamp() * 1000)
-    problem = retention_problem(CALL_EVENTS, [kept, start_ms - 5], start_ms)
-    assert problem is not None
-    assert "earliest date still complete in Kafka is 2026-11-20" in problem
-    assert "left as it is" in problem
-    assert retention_problem(CALL_EVENTS, [start_ms], start_ms) is None
-    assert retention_problem(CALL_EVENTS, [], start_ms) is None
 
 
 def test_kafka_time_index_bounds_unordered_timestamps(

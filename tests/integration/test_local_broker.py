@@ -10,14 +10,12 @@ import selectors
 import signal
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from process_exit import gone
 
 from tidelake.platform.local import kafka_broker as local_broker
 from tidelake.platform.local.kafka_broker import BrokerError, LocalKafkaBroker, running_broker
@@ -42,7 +40,7 @@ def test_start_and_stop_leave_no_process_or_directory() -> None:
     assert advertised == {broker.bootstrap_servers}
 
     broker.stop()
-    assert _gone(pid)
+    assert gone(pid)
     assert not workdir.exists()
     assert broker.pid is None and not broker.is_alive()
     broker.stop()  # a second stop is harmless
@@ -98,76 +96,6 @@ def test_a_kept_data_folder_survives_a_restart(tmp_path: Path) -> None:
     assert data.is_dir()
 
 
-def _gone(pid: int, timeout_s: float = 5.0) -> bool:
-    """True once pid has exited; an orphan stays a zombie until init reaps it, which counts."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.02)
-    return False
-
-
-def _fake_java(tmp_path: Path, body: str) -> str:
-    """A `java` whose storage format succeeds and whose broker runs `body`."""
-    script = tmp_path / "fake-java"
-    script.write_text(
-        "#!/bin/sh\n"
-        'case "$*" in *kafka.tools.StorageTool*) exit 0;; esac\n'
-        f"echo $$ > {tmp_path / 'pid'}\n{body}\n"
-    )
-    script.chmod(0o755)
-    return str(script)
-
-
-def test_start_up_failure_reports_exit_code_and_log(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    broker = LocalKafkaBroker(
-        java=_fake_java(tmp_path, "echo 'simulated: disk on fire' >&2; exit 3")
-    )
-    with pytest.raises(BrokerError, match=r"(?s)exited with code 3.*simulated: disk on fire"):
-        broker.start()
-    assert not list(tmp_path.glob("tidelake-kafka-*"))
-
-
-def test_broker_that_never_answers_is_killed_after_timeout(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    # Ignores SIGINT and SIGTERM (and so does its child): only a SIGKILL to the group ends both.
-    java = _fake_java(
-        tmp_path,
-        f"trap '' INT TERM\necho still starting\nsleep 60 &\necho $! > {tmp_path / 'child'}\nwait",
-    )
-    broker = LocalKafkaBroker(java=java, startup_timeout_s=0.5, stop_grace_s=0.3)
-    started = time.monotonic()
-    with pytest.raises(BrokerError, match=r"(?s)did not come up .* within 0.5s.*still starting"):
-        broker.start()
-    assert time.monotonic() - started < 5
-    for pid_file in ("pid", "child"):
-        assert _gone(int((tmp_path / pid_file).read_text()))
-    assert not list(tmp_path.glob("tidelake-kafka-*"))
-
-
-def test_running_broker_reads_state_file(tmp_path: Path) -> None:
-    state_file = tmp_path / "broker.json"
-    assert running_broker(state_file) is None
-    state_file.write_text(json.dumps({"bootstrap_servers": "127.0.0.1:1", "pid": os.getpid()}))
-    assert running_broker(state_file) == "127.0.0.1:1"
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    state_file.write_text(json.dumps({"bootstrap_servers": "127.0.0.1:1", "pid": dead.pid}))
-    assert running_broker(state_file) is None
-    state_file.write_text("{not json")
-    with pytest.raises(BrokerError, match="unreadable"):
-        running_broker(state_file)
-
-
 def _start_cli_broker(home: Path) -> tuple[subprocess.Popen[str], str]:
     env = {**os.environ, "TIDELAKE_HOME": str(home)}
     env.pop("KAFKA_BOOTSTRAP_SERVERS", None)
@@ -211,7 +139,7 @@ def test_cli_broker_runs_until_signalled(tmp_path: Path, stop_signal: signal.Sig
             process.kill()
             process.wait()
     assert not state_file.exists()
-    assert _gone(state["pid"])
+    assert gone(state["pid"])
     assert Path(state["log"]).parent == home.resolve() / "kafka"  # the kept data folder
     assert (home / "kafka" / "data" / "meta.properties").exists()
 

@@ -25,79 +25,14 @@ from tidelake.assets.flow.specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
 from tidelake.assets.resources import KafkaResource
 from tidelake.assets.stream import always_on
 from tidelake.assets.stream.always_on import STREAM_TAG
-from tidelake.assets.stream.supervisor import RunState, RunView, SupervisorPolicy, decide
+from tidelake.assets.stream.supervisor import SupervisorPolicy
 from tidelake.streaming.calls.flow import CALL_EVENTS
 from tidelake.streaming.kafka.admin import ensure_topic
 
 POLICY = SupervisorPolicy(backoff_base_s=30, backoff_cap_s=600, healthy_after_s=300)
-NOW = 1_800_000_000.0
-
-
-def run(state: RunState, ended_ago: float | None = None, lived: float = 5.0, n: int = 0) -> RunView:
-    ended = NOW - ended_ago if ended_ago is not None else None
-    started = (ended - lived) if ended is not None else NOW - lived
-    return RunView(f"run{n}", state, created_at=started - 1, started_at=started, ended_at=ended)
 
 
 # ---- the pure decision -------------------------------------------------------------------------
-
-
-def test_no_run_yet_launches() -> None:
-    decision = decide([], NOW, POLICY)
-    assert decision.launch and not decision.crash_loop
-    assert "no run yet" in decision.reason
-
-
-@pytest.mark.parametrize(
-    "state", [RunState.QUEUED, RunState.STARTING, RunState.STARTED, RunState.CANCELING]
-)
-def test_live_run_is_left_alone(state: RunState) -> None:
-    decision = decide([run(state)], NOW, POLICY)
-    assert not decision.launch
-    assert decision.active_run is not None and decision.active_run.state is state
-
-
-def test_first_crash_restarts_at_once_and_later_crashes_back_off() -> None:
-    one = [run(RunState.FAILURE, ended_ago=1)]
-    assert decide(one, NOW, POLICY).launch
-    two = [run(RunState.FAILURE, ended_ago=1, n=i) for i in range(2)]
-    decision = decide(two, NOW, POLICY)
-    assert not decision.launch and decision.next_attempt_at == pytest.approx(NOW - 1 + 30)
-    assert "backing off after 2 failed runs" in decision.reason
-    assert decide(two, NOW + 30, POLICY).launch
-
-
-def test_backoff_doubles_up_to_the_cap() -> None:
-    delays = [POLICY.delay(n) for n in range(1, 9)]
-    assert delays == [0, 30, 60, 120, 240, 480, 600, 600]
-
-
-def test_crash_loop_is_flagged_after_three_quick_failures() -> None:
-    runs = [run(RunState.FAILURE, ended_ago=1, n=i) for i in range(3)]
-    decision = decide(runs, NOW, POLICY)
-    assert decision.crash_loop and decision.consecutive_failures == 3 and not decision.launch
-
-
-def test_a_long_lived_run_breaks_the_failure_chain() -> None:
-    runs = [
-        run(RunState.FAILURE, ended_ago=1, n=0),
-        run(RunState.FAILURE, ended_ago=400, lived=3600, n=1),
-        run(RunState.FAILURE, ended_ago=4000, n=2),
-    ]
-    decision = decide(runs, NOW, POLICY)
-    assert decision.consecutive_failures == 2 and not decision.crash_loop
-
-
-def test_a_healthy_running_stream_clears_the_crash_loop() -> None:
-    failures = [run(RunState.FAILURE, ended_ago=900, n=i) for i in range(1, 5)]
-    decision = decide([run(RunState.STARTED, lived=600), *failures], NOW, POLICY)
-    assert decision.consecutive_failures == 0 and not decision.crash_loop
-
-
-def test_canceled_run_is_restarted_without_backoff() -> None:
-    runs = [run(RunState.CANCELED, ended_ago=1), run(RunState.FAILURE, ended_ago=50, n=1)]
-    decision = decide(runs, NOW, POLICY)
-    assert decision.launch and decision.consecutive_failures == 0
 
 
 # ---- the sensor, evaluated against a real instance ----------------------------------------------
