@@ -34,12 +34,11 @@ import uvloop
 from common import TreeSampler, kafka, wait_for, write_figures
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tidelake.platform.local.kafka_broker import java_executable
 from tidelake.protos import call_pb2, service_pb2, service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming.calls.flow import CALL_EVENTS
 from tidelake.streaming.kafka.admin import ensure_topic
-from tidelake.streaming.spark.jars import ingest_classpath
+from tidelake.streaming.spark.jars import ingest_classpath, java_executable
 
 UNARY_LOAD = Path(__file__).with_name("java") / "UnaryLoad.java"
 

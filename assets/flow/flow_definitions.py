@@ -13,8 +13,8 @@ from tidelake.assets.flow.table_maintenance import (
     build_vacuum_job,
     build_vacuum_schedule,
 )
-from tidelake.assets.quality.checks import build_quality_checks
-from tidelake.assets.stream.checks import build_stream_checks
+from tidelake.assets.quality.partition_checks import build_quality_checks
+from tidelake.assets.stream.health_checks import build_stream_checks
 from tidelake.assets.stream.job import build_stream_job
 from tidelake.assets.stream.sensor import build_supervisor_sensor
 from tidelake.assets.stream.supervisor import SupervisorPolicy

@@ -16,7 +16,7 @@ from tidelake.assets.flow.keys import (
     table_key,
     topic_key,
 )
-from tidelake.assets.quality.checks import daily_freshness
+from tidelake.assets.quality.partition_checks import daily_freshness
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.flow.table_schema import table_schema
 from tidelake.streaming.settings import EngineSettings

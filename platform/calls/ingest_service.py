@@ -34,7 +34,6 @@ from tidelake.platform.calls.ingest_listen import (
     check_listen_address,
     check_security,
 )
-from tidelake.platform.local.kafka_broker import java_executable
 from tidelake.protos import service_pb2
 from tidelake.streaming.calls.flow import CALL_EVENTS
 from tidelake.streaming.flow.contract import service_contract
@@ -42,7 +41,7 @@ from tidelake.streaming.flow.engine_columns import KAFKA_OFFSET
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.read import java_client_options
 from tidelake.streaming.records.decode import load_descriptor_set
-from tidelake.streaming.spark.jars import ingest_classpath
+from tidelake.streaming.spark.jars import ingest_classpath, java_executable
 
 log = logging.getLogger("tidelake.ingest")
 

@@ -36,7 +36,7 @@ from types import FrameType, TracebackType
 
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.settings import host_settings
-from tidelake.streaming.spark.jars import JarsMissingError, broker_classpath
+from tidelake.streaming.spark.jars import JarsMissingError, broker_classpath, java_executable
 
 _HOST = "127.0.0.1"
 _LOG_NAME = "broker.log"
@@ -71,21 +71,6 @@ class KafkaNode:
     replicas: int
     """default.replication.factor and that of Kafka's internal topics."""
     min_insync: int
-
-
-def java_executable() -> str:
-    """$JAVA_HOME/bin/java, else java on PATH (JDK 17+)."""
-    home = os.environ.get("JAVA_HOME", "").strip()
-    candidate = Path(home) / "bin" / "java" if home else None
-    if candidate is not None and os.access(candidate, os.X_OK):
-        return str(candidate)
-    found = shutil.which("java")
-    if found is None:
-        raise BrokerError(
-            "tidelake's JVM processes (the local Kafka broker, the ingest service) need Java 17+: "
-            "set JAVA_HOME or put it on PATH"
-        )
-    return found
 
 
 def new_cluster_id() -> str:

@@ -25,8 +25,9 @@ from types import TracebackType
 import pyspark
 import requests
 
-from tidelake.platform.local.kafka_broker import free_port, java_executable
+from tidelake.platform.local.kafka_broker import free_port
 from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.spark.jars import java_executable
 
 _HOST = "127.0.0.1"
 _SCALA_VERSION = "2.13"

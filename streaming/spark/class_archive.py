@@ -23,7 +23,7 @@ from typing import Any
 import pyspark
 
 from tidelake.streaming.settings import host_settings
-from tidelake.streaming.spark.jars import SPARK_FOLDER, jars_home
+from tidelake.streaming.spark.jars import SPARK_FOLDER, JavaMissingError, jars_home, java_executable
 
 
 def archive_path() -> Path:
@@ -35,7 +35,10 @@ def archive_path() -> Path:
 def _install_key() -> str:
     """The JDK, pyspark and the jar cache: the JVM silently ignores an archive made with other
     jars (a rebuilt jar of tidelake's own JVM code included), so a new one gets a new key."""
-    java = shutil.which("java", path=_java_path()) or "java"
+    try:
+        java = java_executable()
+    except JavaMissingError:
+        java = "java"
     jars = Path(pyspark.__file__).parent / "jars"
     facts = [pyspark.__version__, os.path.realpath(java), str(jars)]
     facts += [str(os.stat(os.path.realpath(java)).st_mtime_ns)] if os.path.exists(java) else []
@@ -44,11 +47,6 @@ def _install_key() -> str:
         stat = jar.stat()
         facts.append(f"{jar.name}:{stat.st_size}:{stat.st_mtime_ns}")
     return hashlib.sha256("\0".join(facts).encode()).hexdigest()[:16]
-
-
-def _java_path() -> str:
-    home = os.environ.get("JAVA_HOME")
-    return os.pathsep.join(filter(None, [f"{home}/bin" if home else "", os.environ.get("PATH")]))
 
 
 def java_options() -> str:

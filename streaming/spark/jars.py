@@ -35,6 +35,25 @@ FOLDERS = (SPARK_FOLDER, BROKER_FOLDER, INGEST_FOLDER)
 _JAR_NAME = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d+(?:\.[^_]*)?)\.jar$")
 
 
+class JavaMissingError(SetupError, RuntimeError):
+    """No Java 17+ where tidelake looks for it."""
+
+
+def java_executable() -> str:
+    """$JAVA_HOME/bin/java, else java on PATH (JDK 17+): how every JVM tidelake starts is found."""
+    home = os.environ.get("JAVA_HOME", "").strip()
+    candidate = Path(home) / "bin" / "java" if home else None
+    if candidate is not None and os.access(candidate, os.X_OK):
+        return str(candidate)
+    found = shutil.which("java")
+    if found is None:
+        raise JavaMissingError(
+            "tidelake's JVM processes (Spark, the local Kafka broker, the ingest service) need "
+            "Java 17+: set JAVA_HOME or put it on PATH"
+        )
+    return found
+
+
 class JarsMissingError(SetupError, RuntimeError):
     """The jar cache is absent or incomplete; the message says how to fill it."""
 

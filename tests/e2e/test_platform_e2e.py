@@ -35,7 +35,7 @@ from dev_platform import dev_env, start_dev, stop_dev, stream_worker_pid
 from flows import PAGE_VIEWS
 from lake_readers import duckdb_query, read_delta
 
-from tidelake.assets.quality.checks import EXPECTATIONS, QUARANTINE_SHARE, VOLUME
+from tidelake.assets.quality.partition_checks import EXPECTATIONS, QUARANTINE_SHARE, VOLUME
 from tidelake.assets.stream.job import stream_job_name
 from tidelake.platform.dev.check import check_dev
 from tidelake.platform.dev.dagster_web import DagsterWeb, wait_for

@@ -13,7 +13,7 @@ from flows import PAGE_VIEWS
 
 from tidelake.assets.definitions import build_definitions, defs
 from tidelake.assets.flow.specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
-from tidelake.assets.quality.checks import EXPECTATIONS, QUARANTINE_SHARE, VOLUME
+from tidelake.assets.quality.partition_checks import EXPECTATIONS, QUARANTINE_SHARE, VOLUME
 from tidelake.assets.stream.always_on import STREAM_TAG
 from tidelake.streaming.calls.flow import CALL_EVENTS
 from tidelake.streaming.flow.registry import FLOWS
