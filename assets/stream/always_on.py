@@ -48,7 +48,9 @@ class StreamRunConfig(dg.Config):
         default=None, ge=1, description="records per micro-batch at most"
     )
     trigger_interval: str | None = Field(
-        default=None, description='processing-time trigger, e.g. "5 seconds"'
+        default=None,
+        description='processing-time trigger of a flow stream, e.g. "5 seconds" (the anomaly '
+        "detector keeps its own, 5 seconds)",
     )
     progress_interval_s: float = Field(
         default=30.0,
