@@ -7,7 +7,7 @@ import signal
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
@@ -164,6 +164,26 @@ def test_the_service_and_the_stream_give_the_same_reason(spark: Any, client: Cli
             client.calls.trackCall(event, timeout=10)
         said.append(refused.value.details())
     assert [r["_error"] for r in rows] == said
+
+
+def test_the_service_and_the_stream_close_a_day_when_the_flow_spec_says(
+    spark: Any, client: Client
+) -> None:
+    """FlowSpec.closes_at is the rule; the service (Java) and the stream's decoder (Spark SQL)
+    are its translations, and refuse an event of a closed day from the same instant on."""
+    event = call(event_time=now_ms() - 3 * 24 * HOUR_MS)
+    closes = datetime.fromtimestamp(CALL_EVENTS.closes_at_ms(event.event_time) / 1000, UTC)
+    with pytest.raises(grpc.RpcError) as refused:
+        client.calls.trackCall(event, timeout=10)
+    assert f", which closed at {closes:%Y-%m-%dT%H:%M:%S}Z:" in refused.value.details()
+    value = event.SerializeToString()
+    at_close, after = (
+        decode(spark, CALL_EVENTS, [value], kafka_time=at)[0]["_error"]
+        for at in (closes, closes + timedelta(milliseconds=1))
+    )
+    day = (closes - CALL_EVENTS.allowed_lateness - timedelta(days=1)).date()
+    assert at_close is None
+    assert after == f"too late: arrived after {day} closed"
 
 
 def test_invalid_events_are_refused_per_field_and_nothing_is_produced(
