@@ -626,8 +626,7 @@ def dev(
     Ctrl-C stops everything this command started.
     """
     _configure_logging()
-    from tidelake.platform.dev.stack import DevOptions, DevStackError, run_dev
-    from tidelake.streaming.settings import ConfigError
+    from tidelake.platform.dev.stack import DevOptions, run_dev
 
     flows = _get_flows([], "FLOW")
     try:
@@ -640,10 +639,8 @@ def dev(
             ingest_port=ingest_port,
         )
         code = run_dev(flows, options)
-    except (FileNotFoundError, ConfigError) as exc:
+    except FileNotFoundError as exc:  # not run from the repository root
         raise CliError(str(exc), exit_code=2) from None
-    except DevStackError as exc:
-        raise CliError(str(exc)) from None
     sys.exit(code)
 
 

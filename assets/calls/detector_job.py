@@ -11,6 +11,7 @@ import dagster as dg
 
 from tidelake.assets.calls.anomaly_model_asset import MODEL_KEY
 from tidelake.assets.flow.keys import topic_key
+from tidelake.assets.flow.specs import column_schema
 from tidelake.assets.stream.always_on import AlwaysOn, build_always_on_job, build_supervisor
 from tidelake.assets.stream.supervisor import SupervisorPolicy
 from tidelake.streaming.calls.anomaly.detector import (
@@ -42,9 +43,7 @@ def detector_asset_specs(flow: FlowSpec, settings: EngineSettings) -> list[dg.As
             description=description,
             metadata={
                 "dagster/uri": str(settings.table_path(ANOMALIES_TABLE)),
-                "dagster/column_schema": dg.TableSchema(
-                    columns=[dg.TableColumn(f.name, str(f.type)) for f in ANOMALY_SCHEMA]
-                ),
+                "dagster/column_schema": column_schema(ANOMALY_SCHEMA),
             },
         ),
         dg.AssetSpec(

@@ -25,7 +25,8 @@ STREAM_ALIVE = "stream_alive"
 LAG_BELOW_THRESHOLD = "lag_below_threshold"
 
 
-def _table_schema(schema: pa.Schema) -> dg.TableSchema:
+def column_schema(schema: pa.Schema) -> dg.TableSchema:
+    """A table's columns as the UI lists them (the engine's internal `_` columns left out)."""
     return dg.TableSchema(
         columns=[dg.TableColumn(f.name, str(f.type)) for f in schema if not f.name.startswith("_")]
     )
@@ -65,7 +66,7 @@ def flow_asset_specs(flow: FlowSpec, settings: EngineSettings) -> list[dg.AssetS
         freshness_policy=daily_freshness(),
         metadata={
             "dagster/uri": str(settings.table_path(flow.table)),
-            "dagster/column_schema": _table_schema(schema),
+            "dagster/column_schema": column_schema(schema),
             "partition_column": flow.partition_column,
             "event_time_field": flow.event_time_field,
             "key_field": flow.key_field,

@@ -221,11 +221,3 @@ def _alert_producer_config(conf: Mapping[str, str]) -> dict[str, Any]:
     config = quiet_client_config(conf)
     config.update({"enable.idempotence": True, "acks": "all", "linger.ms": 5})
     return config
-
-
-def wait_for_scoring(detector: AnomalyDetector, batches: int, timeout_s: float) -> bool:
-    """For tests and the CLI: True once the detector has scored `batches` batches."""
-    deadline = time.monotonic() + timeout_s
-    while detector.batches_scored < batches and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return detector.batches_scored >= batches
