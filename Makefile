@@ -4,20 +4,21 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help dev venv test lint typecheck format protos check-protos unit bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster broker clean
+.PHONY: help dev venv test lint typecheck format protos check-protos unit jvm-test bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster broker clean
 
 help:
 	@echo "make dev               the whole platform locally; Dagster UI on http://127.0.0.1:3000"
 	@echo "make venv              create $(VENV) and install tidelake with its dev tools"
 	@echo "make test              everything CI checks: generated code, lint, the whole test suite"
 	@echo "make unit              tests/unit: needs no broker, no Spark, no JVM"
+	@echo "make jvm-test          the JVM code's JUnit tests (seconds; part of make test)"
 	@echo "make typecheck         mypy, strict on streaming/"
 	@echo "make protos            regenerate Python code from the .proto files"
 	@echo "make bench             throughput and latency benchmarks (minutes; prints figures)"
 	@echo "make bench-cluster     the throughput benchmark on a Spark standalone cluster and on local[2]"
 	@echo "make broker            run a local Apache Kafka broker (KRaft) in the foreground"
 
-JAVA   := $(shell find jvm/spark-extensions/src jvm/ingest-service/src -name '*.java')
+JAVA   := $(shell find jvm/spark-extensions/src/main jvm/ingest-service/src/main -name '*.java')
 
 $(STAMP): pyproject.toml jvm/pom.xml jvm/spark/pom.xml jvm/kafka-broker/pom.xml jvm/spark-extensions/pom.xml jvm/ingest-service/pom.xml $(JAVA)
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
@@ -45,8 +46,13 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-test: check-protos lint typecheck
+test: check-protos lint typecheck jvm-test
 	$(BIN)/pytest --timeout=900
+
+# the JUnit tests check the Java against what the FlowSpecs export, written here first
+jvm-test: $(STAMP)
+	$(BIN)/python scripts/export_jvm_test_data.py jvm/target/test-data
+	mvn -B -ntp -f jvm/pom.xml test
 
 typecheck: $(STAMP)
 	$(BIN)/python scripts/typecheck.py

@@ -56,14 +56,14 @@ def flow_asset_specs(flow: FlowSpec, settings: EngineSettings) -> list[dg.AssetS
         deps=[topic.key],
         description=(
             f"{flow.description} Written by the always-on {flow.name} stream, exactly once per "
-            f"Kafka record; partition D is marked materialized when event time passes the end "
-            f"of D plus {flow.allowed_lateness}."
+            f"Kafka record; partition D is marked materialized once D has closed (its end plus "
+            f"{flow.allowed_lateness}, by Kafka timestamp) in every partition the stream read."
         ).strip(),
         group_name=flow.name,
         kinds={"spark", "delta", "protobuf"},
         owners=owners,
         partitions_def=daily_partitions(flow),
-        freshness_policy=daily_freshness(),
+        freshness_policy=daily_freshness(flow),
         metadata={
             "dagster/uri": str(settings.table_path(flow.table)),
             "dagster/column_schema": column_schema(schema),

@@ -6,7 +6,8 @@
 - `volume_vs_trailing_7_days` (WARN): rows of the day against the median of the 7 days before.
 - `quarantine_share` (WARN): share of the day's records that went to quarantine.
 - freshness: a FreshnessPolicy on the table asset (daily_freshness): yesterday's partition
-  must be materialized by 04:00 UTC.
+  must be materialized by FRESHNESS_MARGIN after it closes (02:00 + 2 h = 04:00 UTC with the
+  call-events flow's 2 h lateness).
 
 The first three run by themselves when a partition of the last 7 days is materialized (the
 supervisor closing the day, or a backfill), and on demand for any partition or range. Counts
@@ -30,7 +31,8 @@ from tidelake.streaming.stream.status import table_progress
 EXPECTATIONS = "expectations"
 VOLUME = "volume_vs_trailing_7_days"
 QUARANTINE_SHARE = "quarantine_share"
-FRESHNESS_DEADLINE_CRON = "0 4 * * *"
+FRESHNESS_MARGIN = timedelta(hours=2)
+"""How long after a day closes (FlowSpec.closes_at) its partition may take to be announced."""
 
 
 Verdict = tuple[bool, str, dict[str, Any]]
@@ -148,11 +150,19 @@ def _evaluate(
     yield dg.Output(None)
 
 
-def daily_freshness() -> dg.FreshnessPolicy:
-    """Each day's partition closes (about 02:00 UTC with 2 h lateness) before 04:00 UTC."""
+def daily_freshness(flow: FlowSpec) -> dg.FreshnessPolicy:
+    """A day's partition is materialized within FRESHNESS_MARGIN of its closing time."""
     return dg.FreshnessPolicy.cron(
-        deadline_cron=FRESHNESS_DEADLINE_CRON, lower_bound_delta=timedelta(hours=24), timezone="UTC"
+        deadline_cron=freshness_deadline_cron(flow),
+        lower_bound_delta=timedelta(hours=24),
+        timezone="UTC",
     )
+
+
+def freshness_deadline_cron(flow: FlowSpec) -> str:
+    """The daily deadline: the time of day the flow's days close, plus FRESHNESS_MARGIN."""
+    closes = flow.closes_at(date(2026, 1, 1)) + FRESHNESS_MARGIN
+    return f"{closes.minute} {closes.hour} * * *"
 
 
 def volume_verdict(

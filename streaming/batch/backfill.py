@@ -1,11 +1,12 @@
 """Rebuild date partitions of a flow's table from Kafka, in one atomic Delta commit.
 
-Where date D can be in Kafka: the engine quarantines a record of D that stands behind a record
-stamped after D closed (end of D plus allowed lateness), or itself is, and one stamped more than
-max_clock_skew before its event time (decode and arrival). So every accepted
-record of D lies, per partition, between the first offset stamped at or after start(D) - skew
-and the first offset stamped after D closed: two answers of Kafka's own time index, exact for
-any timestamp type and any order of timestamps. Inside that range the read applies the same
+Where date D can be in Kafka: the engine quarantines a record of D that stands behind a data
+record stamped after D closed (end of D plus allowed lateness), or itself is, and one stamped
+more than max_clock_skew before its event time (decode and arrival). So every accepted record of
+D lies, per partition, between the first data record stamped at or after start(D) - skew and the
+first data record stamped after D closed (kafka/offsets.py's first_records_after: Kafka's time
+index, then a read past markers and aborted records), exact for any timestamp type and any order
+of timestamps. Inside that range the read applies the same
 rule as the stream, with the same lookups, so stream and backfill agree record by record.
 
 Semantics while the stream runs: the backfill reads a snapshot V of the table, takes the
@@ -105,13 +106,13 @@ def plan_backfill(
         partitions = probe.partitions([flow.topic])
         low = probe.earliest(partitions)
         _check_retention(flow, probe, low, start_ms)
-        first = probe.first_offsets_after(partitions, start_ms - 1)
-        closed = probe.first_offsets_after(partitions, end_ms)
+        done = {tp: max(low[tp], position.get(tp, low[tp])) for tp in partitions}
+        closed = probe.first_records_after(partitions, end_ms, below=done)
+        end = {tp: _or(closed[tp], done[tp]) for tp in done}
+        first = probe.first_records_after(partitions, start_ms - 1, below=end)
+        start = {tp: _or(first[tp], end[tp]) for tp in partitions}
     finally:
         probe.close()
-    done = {tp: max(low[tp], position.get(tp, low[tp])) for tp in partitions}
-    end = {tp: min(done[tp], _or(closed[tp], done[tp])) for tp in done}
-    start = {tp: min(end[tp], _or(first[tp], end[tp])) for tp in partitions}
     return BackfillPlan(flow, tuple(sorted(dates)), version, start, end, position, window)
 
 

@@ -15,6 +15,7 @@ declared numbers; a `FieldCheck` bounds a number or matches a string against a p
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from functools import reduce
 from typing import Any
@@ -23,9 +24,45 @@ from google.protobuf.descriptor import FieldDescriptor
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from tidelake.streaming.flow.spec import FieldCheck, FlowSpec
+from tidelake.streaming.flow.spec import (
+    DAY_MS,
+    EVENT_TIME_UNITS_PER_SECOND,
+    FieldCheck,
+    FlowSpec,
+)
 
-REQUIRED = "is required"
+WORDING: dict[str, str] = {
+    "required": "is required",
+    "unknown_enum": "unknown value {number}; one of {choices}",
+    "pattern": "does not match {pattern}",
+    "out_of_range": "{field} out of range: {value}",
+    "ahead_of_kafka": "{field} ahead of the Kafka timestamp",
+    "too_late": "too late: arrived after {date} closed",
+    "ahead_of_service": "{time} is more than {skew} ahead of the service's clock ({now}); is it "
+    "in {unit}?",
+    "closed_for_service": "{time} is on {date}, which closed at {closes}: the table accepts no "
+    "more events of that day",
+}
+"""Every reason the contract and the arrival rule give, once: the stream builds its Spark SQL
+from these (`reason_column`), and they are exported to the JVM (`service_contract` for the
+ingest service, `WORDING["unknown_enum"]` for the decoder), which fills the {placeholders}."""
+REQUIRED = WORDING["required"]
+UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def reason_column(key: str, **values: Column | str) -> Column:
+    """WORDING[key] as a Spark string column, its placeholders filled from `values` (columns,
+    or plain strings)."""
+    parts: list[Column] = []
+    for i, piece in enumerate(_PLACEHOLDER.split(WORDING[key])):
+        if i % 2 == 0:
+            if piece:
+                parts.append(F.lit(piece))
+            continue
+        value = values[piece]
+        parts.append(F.lit(value) if isinstance(value, str) else value.cast("string"))
+    return F.concat(*parts) if len(parts) > 1 else parts[0]
 
 
 def service_contract(flow: FlowSpec) -> dict[str, Any]:
@@ -33,8 +70,9 @@ def service_contract(flow: FlowSpec) -> dict[str, Any]:
     FlowContract), with the wording of every problem, so that it says what the stream says.
 
     Rules in declaration order: `required`, an enum's declared numbers and its known names, a
-    check's pattern or bounds. Also the key and event-time fields and the service's clock rules
-    (max_clock_skew ahead, a day closed allowed_lateness after its end)."""
+    check's pattern or bounds. Also the key and event-time fields, the event time's unit, the
+    data of the service's clock rules (max_clock_skew ahead; FlowSpec.closes_at_ms's day length
+    and lateness) and WORDING. scripts/export_jvm_test_data.py writes it for the JUnit tests."""
     required = set(flow.validity_fields)
     rules: list[dict[str, Any]] = []
     for f in flow.message.DESCRIPTOR.fields:
@@ -45,7 +83,7 @@ def service_contract(flow: FlowSpec) -> dict[str, Any]:
         rule: dict[str, Any] = {"field": f.name, "required": f.name in required}
         if enum:
             rule["enum_numbers"] = sorted(f.enum_type.values_by_number)
-            rule["unknown_enum_choices"] = f"[{', '.join(known_enum_names(f))}]"
+            rule["enum_choices"] = enum_choices(f)
         if check is not None and check.pattern is not None:
             rule["pattern"] = check.pattern
             rule["pattern_problem"] = _pattern_problem(check.pattern)
@@ -59,10 +97,13 @@ def service_contract(flow: FlowSpec) -> dict[str, Any]:
         "message": flow.message.DESCRIPTOR.full_name,
         "key_field": flow.key_field,
         "event_time_field": flow.event_time_field,
+        "event_time_units_per_second": EVENT_TIME_UNITS_PER_SECOND[flow.event_time_unit],
+        "event_time_unit_name": UNIT_NAMES[flow.event_time_unit],
         "max_clock_skew_ms": flow.max_clock_skew // one_ms,
         "max_clock_skew_text": str(flow.max_clock_skew),
+        "day_ms": DAY_MS,
         "allowed_lateness_ms": flow.allowed_lateness // one_ms,
-        "required_text": REQUIRED,
+        "wording": WORDING,
         "rules": rules,
     }
 
@@ -148,6 +189,11 @@ def known_enum_names(f: FieldDescriptor) -> list[str]:
     return [v.name for v in f.enum_type.values if v.number != 0]
 
 
+def enum_choices(f: FieldDescriptor) -> str:
+    """The {choices} of WORDING["unknown_enum"]: the known names as the JVM lists them."""
+    return f"[{', '.join(known_enum_names(f))}]"
+
+
 def _unset_column(f: FieldDescriptor, value: Column) -> Column:
     if f.is_repeated:
         return value.isNull() | (F.size(value) == 0)
@@ -162,7 +208,7 @@ def _unset_column(f: FieldDescriptor, value: Column) -> Column:
 
 
 def _pattern_problem(pattern: str) -> str:
-    return f"does not match {pattern}"
+    return WORDING["pattern"].format(pattern=pattern)
 
 
 def _range_text(check: FieldCheck) -> str:

@@ -7,18 +7,22 @@ generated from these specs; nothing downstream is written per flow.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time, timedelta
-from typing import Any, Literal
+from datetime import UTC, date, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from tidelake.streaming.errors import SetupError
 from tidelake.streaming.flow.engine_columns import ENGINE_COLUMNS
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 EventTimeUnit = Literal["s", "ms", "us"]
 ExpectationsFactory = Callable[[], list[Any]]
@@ -121,7 +125,7 @@ class FlowSpec:
                 f"flow {self.name}: event_time_field {self.event_time_field!r} must be an integer "
                 "epoch field"
             )
-        if self.event_time_unit not in ("s", "ms", "us"):
+        if self.event_time_unit not in EVENT_TIME_UNITS_PER_SECOND:
             raise FlowSpecError(f"flow {self.name}: event_time_unit must be s, ms or us")
         if self.allowed_lateness < timedelta(0) or self.max_clock_skew < timedelta(0):
             raise FlowSpecError(
@@ -175,23 +179,28 @@ class FlowSpec:
     def quarantine_table(self) -> str:
         return f"{self.name}_quarantine"
 
+    @overload
+    def closes_at_ms(self, event_time_ms: int) -> int: ...
+    @overload
+    def closes_at_ms(self, event_time_ms: Column, floor: Callable[[Column], Column]) -> Column: ...
+    def closes_at_ms(self, event_time_ms: Any, floor: Callable[[Any], Any] = math.floor) -> Any:
+        """When the UTC date of an event time closes, in epoch ms: the date's end plus
+        allowed_lateness. Records that reach Kafka later go to quarantine, and from then on the
+        date's partition is final.
+
+        The one statement of the day-close rule: on a number here, on a Spark column in the
+        stream's decoder (given `F.floor`); exported as `day_ms` and `allowed_lateness_ms` to the
+        ingest service (flow/contract.py's service_contract), whose JUnit test holds it to this."""
+        return (floor(event_time_ms / DAY_MS) + 1) * DAY_MS + self.allowed_lateness // _ONE_MS
+
     def closes_at(self, day: date) -> datetime:
-        """When a UTC date closes: its end plus allowed_lateness. Records that reach Kafka later
-        go to quarantine, and from then on the date's partition is final.
+        """closes_at_ms of a date, as a UTC datetime."""
+        start_ms = (day - _EPOCH).days * DAY_MS
+        return datetime.fromtimestamp(self.closes_at_ms(start_ms) / 1000, UTC)
 
-        The one statement of the rule. The stream applies it in Spark SQL (records/decode.py's
-        _closes_ms) and the ingest service in Java (FlowContract, from service_contract's
-        allowed_lateness_ms); tests hold both to closes_at_ms."""
-        return datetime.combine(day + timedelta(days=1), time.min, UTC) + self.allowed_lateness
-
-    def closes_at_ms(self, event_time_ms: int) -> int:
-        """closes_at of the date of an event time, both in epoch milliseconds."""
-        day_ms = 86_400_000
-        return (event_time_ms // day_ms + 1) * day_ms + self.allowed_lateness // _ONE_MS
-
-    def last_closed_date(self, now: datetime) -> date:
-        """The newest date that has closed by `now`."""
-        return (now - self.allowed_lateness).date() - timedelta(days=1)
+    def event_time_ms(self, raw: int) -> int:
+        """An event-time field's value in epoch milliseconds (floored)."""
+        return raw * 1000 // EVENT_TIME_UNITS_PER_SECOND[self.event_time_unit]
 
     @property
     def validity_fields(self) -> tuple[str, ...]:
@@ -200,6 +209,9 @@ class FlowSpec:
 
 
 _ONE_MS = timedelta(milliseconds=1)
+_EPOCH = date(1970, 1, 1)
+DAY_MS = 86_400_000
+EVENT_TIME_UNITS_PER_SECOND: dict[str, int] = {"s": 1, "ms": 1_000, "us": 1_000_000}
 _INTEGER_TYPES = {
     FieldDescriptor.TYPE_INT32,
     FieldDescriptor.TYPE_INT64,

@@ -1,10 +1,12 @@
 """Kafka offsets seen from the driver: partition ends, Kafka's time index, offset JSON.
 
 Ends are Kafka's ListOffsets answers under read_committed: the last stable offset, so a range
-never reaches into a transaction that is still open. Time lookups use Kafka's own time index
-(ListOffsets by timestamp): the first offset whose timestamp is at or after a time, exact even
-when producers stamp records out of order (CreateTime), because the index keeps the largest
-timestamp seen so far.
+never reaches into a transaction that is still open. Time lookups find the first committed data
+record stamped after a time: Kafka's own time index (ListOffsets by timestamp) says where to
+start, exactly even when producers stamp records out of order (CreateTime), but it also counts
+transaction markers (stamped with the coordinator's wall clock) and aborted records, so the
+lookup reads on from there, under read_committed, to the first data record that qualifies. The
+executors' half of the arrival rule does the same on the JVM (dev.tidelake.spark.KafkaTimeIndex).
 """
 
 from __future__ import annotations
@@ -110,12 +112,46 @@ class PartitionEnds:
         """End offsets a read_committed reader can reach (the last stable offset)."""
         return list_offsets(self._consumer, tps, LATEST, self._timeout_s)
 
-    def first_offsets_after(
-        self, tps: Iterable[TopicPartitionKey], ts_ms: int
+    def first_records_after(
+        self,
+        tps: Iterable[TopicPartitionKey],
+        ts_ms: int,
+        below: Mapping[TopicPartitionKey, int] | None = None,
     ) -> dict[TopicPartitionKey, int | None]:
-        """Per partition, the first offset whose record's timestamp is > ts_ms, from Kafka's time
-        index; None where no readable record has one yet."""
-        return first_offsets_after(self._consumer, tps, ts_ms, self._timeout_s)
+        """Per partition, the offset of the first committed data record stamped after ts_ms and
+        below `below` (default: the last stable offsets, asked before the time index); None
+        where there is none. Markers and aborted records are passed over (module docstring)."""
+        tps = list(tps)
+        ends = dict(below) if below is not None else self.latest(tps)
+        starts = list_offsets(self._consumer, tps, ts_ms + 1, self._timeout_s)
+        found: dict[TopicPartitionKey, int | None] = dict.fromkeys(tps)
+        pending = {tp: starts[tp] for tp in tps if 0 <= starts[tp] < ends[tp]}
+        deadline = time.monotonic() + self._timeout_s
+        assigned = bool(pending)
+        if assigned:
+            self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in pending.items()])
+        try:
+            while pending and time.monotonic() < deadline:
+                for msg in self._consumer.consume(num_messages=500, timeout=0.05):
+                    tp = (msg.topic(), msg.partition())
+                    if tp not in pending:
+                        continue
+                    err = msg.error()
+                    if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                        del pending[tp]
+                    elif err is not None:
+                        raise KafkaSourceError(f"fetch from {tp[0]}/{tp[1]} failed: {err}")
+                    elif int(msg.offset() or 0) >= ends[tp]:
+                        del pending[tp]
+                    elif msg.timestamp()[1] > ts_ms:
+                        found[tp] = int(msg.offset() or 0)
+                        del pending[tp]
+        finally:
+            if assigned:
+                self._consumer.unassign()
+        if pending:
+            raise self._no_response(pending)
+        return found
 
     def _no_response(self, pending: Mapping[TopicPartitionKey, int]) -> KafkaSourceError:
         return KafkaSourceError(
@@ -191,14 +227,3 @@ _LEADER_MOVING = {
 
 def _leader_moving(exc: BaseException) -> bool:
     return isinstance(exc, KafkaException) and exc.args[0].code() in _LEADER_MOVING
-
-
-def first_offsets_after(
-    consumer: Consumer, tps: Iterable[TopicPartitionKey], ts_ms: int, timeout_s: float
-) -> dict[TopicPartitionKey, int | None]:
-    """Kafka's time index through a connected consumer (see PartitionEnds.first_offsets_after).
-
-    Under read_committed, Kafka answers "none" for an offset at or past the last stable offset.
-    """
-    found = list_offsets(consumer, tps, ts_ms + 1, timeout_s)
-    return {tp: offset if offset >= 0 else None for tp, offset in found.items()}

@@ -38,7 +38,7 @@ from pyspark.sql.classic.column import Column as ClassicColumn
 from pyspark.sql.classic.column import _to_java_column
 
 from tidelake.streaming.errors import SetupError
-from tidelake.streaming.flow.contract import contract_error
+from tidelake.streaming.flow.contract import WORDING, contract_error, reason_column
 from tidelake.streaming.flow.engine_columns import (
     ERROR_COLUMN,
     INGEST_TIME_COLUMN,
@@ -51,7 +51,7 @@ from tidelake.streaming.flow.engine_columns import (
     RAW_KEY_COLUMN,
     RAW_VALUE_COLUMN,
 )
-from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.flow.spec import EVENT_TIME_UNITS_PER_SECOND, FlowSpec
 from tidelake.streaming.flow.table_schema import table_schema
 
 QUARANTINE_SOURCE_COLUMNS = (
@@ -63,11 +63,8 @@ QUARANTINE_SOURCE_COLUMNS = (
 )
 """Columns of decoded rows that the quarantine table keeps (with the partition column)."""
 
-_UNIT_TO_US = {"s": 1_000_000, "ms": 1_000, "us": 1}
 MAX_EPOCH_US = 7_258_118_400_000_000
 """2200-01-01: later event times are treated as corrupt."""
-_US_PER_DAY = 86_400_000_000
-_MS_PER_DAY = 86_400_000
 
 
 KAFKA_TIMEOUT_S = 30.0
@@ -165,22 +162,25 @@ def protobuf_decode(value: Column, flow: FlowSpec) -> Column:
         _to_java_column(value),
         flow.message.DESCRIPTOR.full_name,
         bytearray(descriptor_set(flow)),
+        WORDING["unknown_enum"],
     )
     return ClassicColumn(java_column)
 
 
 def _event_micros(raw: Column, flow: FlowSpec) -> Column:
     """Event time in epoch µs, or null when unset or out of range (no overflow under ANSI)."""
-    per_unit = _UNIT_TO_US[flow.event_time_unit]
+    per_unit = 1_000_000 // EVENT_TIME_UNITS_PER_SECOND[flow.event_time_unit]
     in_range = (raw > 0) & (raw < MAX_EPOCH_US // per_unit)
     return F.when(in_range, raw * F.lit(per_unit))
 
 
 def _closes_ms(event_us: Column, flow: FlowSpec) -> Column:
-    """FlowSpec.closes_at_ms in Spark SQL, from event time in µs."""
-    lateness_ms = flow.allowed_lateness // timedelta(milliseconds=1)
-    day = F.floor(event_us / F.lit(_US_PER_DAY))
-    return (day + 1) * F.lit(_MS_PER_DAY) + F.lit(lateness_ms)
+    """FlowSpec.closes_at_ms of an event time in µs, as a Spark column."""
+    return flow.closes_at_ms(F.floor(event_us / F.lit(1000)), F.floor)
+
+
+def _too_late(event_us: Column) -> Column:
+    return reason_column("too_late", date=F.date_format(F.timestamp_micros(event_us), "yyyy-MM-dd"))
 
 
 def _behind_a_later_record(flow: FlowSpec, kafka_conf: Mapping[str, str]) -> Column:
@@ -199,10 +199,7 @@ def _behind_a_later_record(flow: FlowSpec, kafka_conf: Mapping[str, str]) -> Col
         java_client_options(kafka_conf),
         int(KAFKA_TIMEOUT_S * 1000),
     )
-    day = F.date_format(F.timestamp_micros(F.col("_event_us")), "yyyy-MM-dd")
-    return F.when(
-        ClassicColumn(behind), F.concat(F.lit("too late: arrived after "), day, F.lit(" closed"))
-    )
+    return F.when(ClassicColumn(behind), _too_late(F.col("_event_us")))
 
 
 def _time_error(flow: FlowSpec) -> Column:
@@ -214,20 +211,16 @@ def _time_error(flow: FlowSpec) -> Column:
     event_us = F.col("_event_us")
     kafka_ms = F.unix_millis("kafka_timestamp")
     skew_ms = flow.max_clock_skew // timedelta(milliseconds=1)
-    day = F.date_format(F.timestamp_micros(event_us), "yyyy-MM-dd")
     return (
         F.when(
             event_us.isNull() & (F.col("_raw_time") != 0),
-            F.concat(F.lit(f"{name} out of range: "), F.col("_raw_time").cast("string")),
+            reason_column("out_of_range", field=name, value=F.col("_raw_time")),
         )
         .when(
             F.floor(event_us / 1000) > kafka_ms + F.lit(skew_ms),
-            F.lit(f"{name} ahead of the Kafka timestamp"),
+            reason_column("ahead_of_kafka", field=name),
         )
-        .when(
-            kafka_ms > _closes_ms(event_us, flow),
-            F.concat(F.lit("too late: arrived after "), day, F.lit(" closed")),
-        )
+        .when(kafka_ms > _closes_ms(event_us, flow), _too_late(event_us))
     )
 
 

@@ -170,8 +170,9 @@ def _copy_dependencies(
 ) -> subprocess.CompletedProcess[str]:
     command = [mvn, "-B", "-q", "-f", str(pom), f"-Dtidelake.jars={out}"]
     command += ["-o"] if offline else []
-    # package builds tidelake's own module (jvm/spark-extensions) before its jar is copied
-    command += ["package", "dependency:copy-dependencies"]
+    # package builds tidelake's own modules before their jars are copied; their JUnit tests run
+    # in `make jvm-test`, which exports the data they check the Java against
+    command += ["-DskipTests", "package", "dependency:copy-dependencies"]
     return subprocess.run(command, capture_output=True, text=True, check=False)
 
 

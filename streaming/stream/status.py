@@ -1,4 +1,5 @@
-"""Where a stream stands, read from outside the stream: its checkpoint, Kafka's ends, its table.
+"""Where a stream stands, read from outside the stream: its checkpoint, Kafka's ends, its table,
+the dates it has closed.
 
 Supervisors and health checks use these without Spark: the checkpoint is a folder of small JSON
 files, Kafka's ends come from one bounded probe, and the table's progress from the Delta log's
@@ -133,7 +134,6 @@ class TableProgress:
     """What a flow's Delta table holds, from the log's statistics only."""
 
     version: int
-    max_event_time: datetime | None
     rows_by_date: dict[str, int] = field(default_factory=dict)
     files_by_date: dict[str, int] = field(default_factory=dict)
     bytes_by_date: dict[str, int] = field(default_factory=dict)
@@ -148,58 +148,63 @@ class TableProgress:
 
 
 def table_progress(table_uri: str, flow: FlowSpec) -> TableProgress | None:
-    """Rows, files and newest event time per date partition; None if the table does not exist."""
+    """Rows, files and bytes per date partition; None if the table does not exist."""
     try:
         table = DeltaTable(table_uri)
     except TableNotFoundError:
         return None
-    return snapshot_progress(table, flow.partition_column, flow.event_time_field)
+    return snapshot_progress(table, flow.partition_column)
 
 
-def snapshot_progress(
-    table: DeltaTable, partition_column: str, event_time_field: str | None = None
-) -> TableProgress:
+def snapshot_progress(table: DeltaTable, partition_column: str) -> TableProgress:
     """TableProgress of the snapshot `table` holds, from its add actions' statistics."""
     actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
     rows: dict[str, int] = defaultdict(int)
     files: dict[str, int] = defaultdict(int)
     sizes: dict[str, int] = defaultdict(int)
-    newest: datetime | None = None
-    dates = actions.get(f"partition.{partition_column}", [])
-    for day, count, size, top in zip(
-        dates,
+    for day, count, size in zip(
+        actions.get(f"partition.{partition_column}", []),
         actions.get("num_records", []),
         actions.get("size_bytes", []),
-        actions.get(f"max.{event_time_field}", [None] * len(dates)),
         strict=True,
     ):
         key = day.isoformat() if isinstance(day, date) else str(day)
         rows[key] += int(count or 0)
         files[key] += 1
         sizes[key] += int(size)
-        if top is not None:
-            top = top if top.tzinfo else top.replace(tzinfo=UTC)
-            newest = top if newest is None or top > newest else newest
-    return TableProgress(table.version(), newest, dict(rows), dict(files), dict(sizes))
+    return TableProgress(table.version(), dict(rows), dict(files), dict(sizes))
 
 
-def closed_dates(progress: TableProgress, flow: FlowSpec, after: str | None) -> list[str]:
-    """Dates closed (FlowSpec.closes_at) by the table's newest event time.
+def closed_dates(
+    flow: FlowSpec,
+    kafka_conf: Mapping[str, str],
+    position: Mapping[int, int],
+    first: date,
+    timeout_s: float = 5.0,
+    most: int = 366,
+) -> list[str]:
+    """Dates from `first` on that the stream has closed, oldest first, at most `most`.
 
-    Starts at the day after `after` (or the table's first date) and includes empty days, so
+    The stream's own clock decides: a record of D is too late once its partition holds a data
+    record stamped after D closed (FlowSpec.closes_at) at or before it (records/decode.py). So D
+    is closed for good when, in every partition of the topic, the stream's committed `position`
+    (partition -> next offset) has passed such a record: the stream can accept no more of D.
+    A partition that has received nothing since D closed holds D open. Includes empty days, so
     daily consumers see every day exactly once, in order.
     """
-    if progress.max_event_time is None or not progress.rows_by_date:
-        return []
-    last_closed = flow.last_closed_date(progress.max_event_time)
-    first = (
-        date.fromisoformat(after) + timedelta(days=1)
-        if after
-        else date.fromisoformat(min(progress.rows_by_date))
-    )
-    out = []
-    day = first
-    while day <= last_closed:
-        out.append(day.isoformat())
-        day += timedelta(days=1)
-    return out
+    probe = PartitionEnds(dict(kafka_conf), "tidelake-status", timeout_s)
+    try:
+        partitions = probe.partitions([flow.topic])
+        below = {tp: position.get(tp[1], 0) for tp in partitions}
+        out: list[str] = []
+        day = first
+        while len(out) < most:
+            closes_ms = int(flow.closes_at(day).timestamp() * 1000)
+            passed = probe.first_records_after(partitions, closes_ms, below=below)
+            if any(offset is None for offset in passed.values()):
+                break
+            out.append(day.isoformat())
+            day += timedelta(days=1)
+        return out
+    finally:
+        probe.close()

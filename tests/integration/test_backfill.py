@@ -48,7 +48,7 @@ def day_rows(uri: str, day: str) -> pa.Table:
 def test_kafka_time_index_bounds_unordered_timestamps(
     kafka_conf: dict[str, Any], flow: Any
 ) -> None:
-    """first_offsets_after(T) is the first offset stamped after T, and every record before it is
+    """first_records_after(T) is the first offset stamped after T, and every record before it is
     stamped at or before T, even with timestamps out of order (CreateTime)."""
     set_retention(kafka_conf, flow.topic, KEEP_FOREVER)  # stamped 1970
     producer = Producer(quiet_client_config(kafka_conf))
@@ -60,7 +60,7 @@ def test_kafka_time_index_bounds_unordered_timestamps(
     try:
         tp = (flow.topic, 0)
         for t in (0, 1_000, 4_500, 8_999, 9_000):
-            found = probe.first_offsets_after([tp], t)[tp]
+            found = probe.first_records_after([tp], t)[tp]
             expected = next((i for i, ts in enumerate(stamps) if ts > t), None)
             assert found == expected, t
     finally:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,6 +19,7 @@ from grpc_status import rpc_status
 from kafka_topics import topic_records
 from lake_readers import duckdb_query
 from live_stream import run_available_now
+from process_states import paused
 from test_decode import decode
 
 from tidelake.platform.calls.ingest_service import (
@@ -243,8 +242,7 @@ def test_a_paused_broker_gives_a_bounded_wait_and_loses_no_acknowledged_event(
         client.calls.trackCall(event, timeout=10)
     unacknowledged = call()
     unacknowledged_batch = [call() for _ in range(5)]
-    os.kill(local_broker.pid, signal.SIGSTOP)
-    try:
+    with paused(local_broker.pid):
         started = time.monotonic()
         with pytest.raises(grpc.RpcError) as waited:
             client.calls.trackCall(unacknowledged, timeout=30)
@@ -256,8 +254,6 @@ def test_a_paused_broker_gives_a_bounded_wait_and_loses_no_acknowledged_event(
         assert time.monotonic() - started < SETTINGS.ack_timeout_s + 2
         assert result.accepted == 0
         assert [r.code for r in result.refused] == [code_pb2.UNAVAILABLE] * 5
-    finally:
-        os.kill(local_broker.pid, signal.SIGCONT)
     client.wait_for_status(health_pb2.HealthCheckResponse.SERVING)
     client.calls.trackCall(unacknowledged, timeout=10)  # the clients' retries
     (result,) = client.calls.trackCalls(batches(unacknowledged_batch, 10), timeout=30)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from process_exit import gone
+from process_states import gone
 
 from tidelake.platform.local import kafka_broker as local_broker
 from tidelake.platform.local.kafka_broker import BrokerError, LocalKafkaBroker, running_broker

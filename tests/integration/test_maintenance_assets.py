@@ -95,7 +95,7 @@ def test_backfill_of_a_day_kafka_no_longer_holds_fails_before_spark(
     second_ms = int(datetime.fromisoformat(second).replace(tzinfo=UTC).timestamp() * 1000)
     probe = PartitionEnds(kafka_conf, "test", 10)
     try:
-        cut = probe.first_offsets_after(probe.partitions([flow.topic]), second_ms)
+        cut = probe.first_records_after(probe.partitions([flow.topic]), second_ms)
     finally:
         probe.close()
     admin = AdminClient(quiet_client_config(kafka_conf))

@@ -8,16 +8,20 @@ instance with given statuses.
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
-import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
+from confluent_kafka import Producer
 from dagster._core.test_utils import create_run_for_test
-from deltalake import write_deltalake
+from kafka_topics import KEEP_FOREVER, set_retention
+from lake_readers import read_delta
+from live_stream import run_available_now
 from local_postgres import LocalPostgres, local_postgres, postgres_bin
 
 from tidelake.assets.definitions import build_definitions
@@ -26,8 +30,9 @@ from tidelake.assets.resources import KafkaResource
 from tidelake.assets.stream import always_on
 from tidelake.assets.stream.always_on import STREAM_TAG
 from tidelake.assets.stream.supervisor import SupervisorPolicy
+from tidelake.streaming.calls.demo_events import call_event
 from tidelake.streaming.calls.flow import CALL_EVENTS
-from tidelake.streaming.kafka.admin import ensure_topic
+from tidelake.streaming.kafka.admin import ensure_topic, quiet_client_config
 
 POLICY = SupervisorPolicy(backoff_base_s=30, backoff_cap_s=600, healthy_after_s=300)
 
@@ -205,42 +210,73 @@ def test_stale_started_run_is_failed_and_replaced(
     assert len(result.run_requests) == 1
 
 
-def test_days_past_event_time_and_lateness_are_materialized_once(
-    make_instance: Any, defs: Any, flow: Any, engine_settings: Any, kafka_conf: Any
-) -> None:
-    # newest event 2026-11-21 03:00; lateness 2 h: 11-19 and 11-20 are closed, 11-21 is not
-    times = {
-        "2026-11-19": [datetime(2026, 11, 19, 10, tzinfo=UTC)] * 3,
-        "2026-11-20": [datetime(2026, 11, 20, 23, 59, tzinfo=UTC)] * 2,
-        "2026-11-21": [datetime(2026, 11, 21, 3, tzinfo=UTC)],
+def _closed(result: dg.SensorResult) -> dict[str, int]:
+    return {
+        e.partition: e.metadata["dagster/row_count"].value
+        for e in result.asset_events
+        if isinstance(e, dg.AssetMaterialization)
     }
-    rows = [(t, date.fromisoformat(d)) for d, ts in times.items() for t in ts]
-    table = pa.table(
-        {
-            "call_sid": [f"CA{i}" for i in range(len(rows))],
-            "event_time": pa.array([t for t, _ in rows], pa.timestamp("us", "UTC")),
-            "date": pa.array([d for _, d in rows], pa.date32()),
-        }
-    )
-    uri = str(engine_settings.table_path(flow.table))
-    for day in times:  # one file per date
-        write_deltalake(
-            uri,
-            table.filter(pa.compute.equal(table["date"], date.fromisoformat(day))),
-            partition_by=["date"],
-            mode="append",
-        )
-    with make_instance() as instance:
-        first = evaluate(defs, instance, kafka_conf)
-        second = evaluate(defs, instance, kafka_conf, cursor=first.cursor)
-    done = [e for e in first.asset_events if isinstance(e, dg.AssetMaterialization)]
-    assert [(m.partition, m.metadata["dagster/row_count"].value) for m in done] == [
-        ("2026-11-19", 3),
-        ("2026-11-20", 2),
-    ]
-    assert all(m.metadata["files"].value == 1 for m in done)
-    assert not [e for e in second.asset_events if isinstance(e, dg.AssetMaterialization)]
-    assert flow.allowed_lateness == timedelta(hours=2)
+
+
+def test_a_day_closes_on_the_streams_clock_even_when_event_time_runs_ahead(
+    spark: Any, defs: Any, flow: Any, engine_settings: Any, kafka_conf: Any
+) -> None:
+    """A producer whose event clock runs 50 minutes ahead of its Kafka timestamps: by event
+    time day D looks over before the stream stops accepting D's records. The supervisor closes D
+    only once the stream has passed a record stamped after D closed in every partition, and a
+    day it closed never gains a row."""
+    set_retention(kafka_conf, flow.topic, KEEP_FOREVER)
+    day = (datetime.now(UTC) - timedelta(days=3)).date()
+    closes = flow.closes_at(day)
+    ahead = timedelta(minutes=50)
+    producer = Producer(quiet_client_config(kafka_conf))
+    rng = random.Random(11)
+
+    def send(stamp: datetime, event: datetime, partition: int) -> None:
+        e = call_event(rng, int(event.timestamp() * 1000))
+        ts = int(stamp.timestamp() * 1000)
+        producer.produce(flow.topic, e.SerializeToString(), partition=partition, timestamp=ts)
+
+    def stream_then_evaluate(cursor: str | None) -> dg.SensorResult:
+        assert producer.flush(30) == 0
+        run_available_now(spark, flow, engine_settings, kafka_conf)
+        with dg.instance_for_test() as instance:
+            return evaluate(defs, instance, kafka_conf, cursor)
+
+    partitions = range(flow.topic_partitions)
+    for p in partitions:  # D's events, stamped as sent; then the skewed clock's, 40 min before
+        send(closes - timedelta(hours=5), closes - timedelta(hours=5), p)  # D closes
+        stamp = closes - timedelta(minutes=40)
+        send(stamp, stamp + ahead, p)
+    first = stream_then_evaluate(None)
+    # event time has reached closes + 10 min, yet the stream still accepts D: D stays open
+    assert _closed(first) == {}
+    late_on_d = closes - flow.allowed_lateness - timedelta(minutes=1)  # 23:59 on D
+    for p in partitions:
+        send(closes - timedelta(minutes=30), late_on_d, p)
+    second = stream_then_evaluate(first.cursor)
+    assert _closed(second) == {}
+    rows = read_delta(engine_settings.table_path(flow.table))
+    kept = pc.sum(pc.equal(rows["date"], day)).as_py()
+    assert kept == 2 * flow.topic_partitions
+
+    # a record stamped after D closed in all but one partition: still open
+    for p in partitions:
+        if p:
+            send(closes + timedelta(minutes=5), closes + timedelta(minutes=5) + ahead, p)
+    third = stream_then_evaluate(second.cursor)
+    assert _closed(third) == {}
+    send(closes + timedelta(minutes=5), closes + timedelta(minutes=5) + ahead, 0)
+    fourth = stream_then_evaluate(third.cursor)
+    assert _closed(fourth) == {day.isoformat(): kept}
+
+    # from now on the stream quarantines D's records: the closed day never changes
+    for p in partitions:
+        send(closes - timedelta(minutes=20), late_on_d, p)
+    fifth = stream_then_evaluate(fourth.cursor)
+    assert _closed(fifth) == {}
+    rows = read_delta(engine_settings.table_path(flow.table))
+    assert pc.sum(pc.equal(rows["date"], day)).as_py() == kept
 
 
 def test_the_anomaly_detector_is_supervised_like_a_stream(

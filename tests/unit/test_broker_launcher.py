@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from process_exit import gone
+from process_states import gone
 
 from tidelake.platform.local.kafka_broker import BrokerError, LocalKafkaBroker, running_broker
 

@@ -207,17 +207,17 @@ def test_a_message_field_named_like_the_partition_column_is_rejected():
 
 
 @pytest.mark.parametrize(
-    ("field", "partition_column"),
-    [("amount", "kafka_offset"), ("amount", "_error"), ("ingest_time", "date")],
+    ("field", "partition_column", "problem"),
+    [
+        ("amount", "kafka_offset", "partition_column 'kafka_offset' clashes with a column the"),
+        ("amount", "_error", "partition_column '_error' clashes with a column the engine adds"),
+        ("ingest_time", "date", "field 'ingest_time' clashes with a column the engine adds"),
+    ],
 )
-def test_names_clashing_with_decoder_columns_are_rejected(field, partition_column):
+def test_names_clashing_with_decoder_columns_are_rejected(field, partition_column, problem):
     message = message_class([("id", F.TYPE_STRING), ("at", F.TYPE_INT64), (field, F.TYPE_INT64)])
-    try:
-        flow = custom_flow(message, partition_column=partition_column)
-    except FlowSpecError:
-        return
-    names = table_schema(flow).names
-    assert len(names) == len(set(names)), f"duplicate columns in {names}"
+    with pytest.raises(FlowSpecError, match=re.escape(problem)):
+        custom_flow(message, partition_column=partition_column)
 
 
 def test_validity_fields_keep_declaration_order_without_duplicates():
@@ -284,5 +284,20 @@ def test_a_date_closes_at_its_end_plus_the_allowed_lateness() -> None:
     assert CALL_EVENTS.closes_at(day) == closes
     noon_ms = int(datetime(2026, 11, 20, 12, tzinfo=UTC).timestamp() * 1000)
     assert CALL_EVENTS.closes_at_ms(noon_ms) == int(closes.timestamp() * 1000)
-    assert CALL_EVENTS.last_closed_date(closes - timedelta(milliseconds=1)) == date(2026, 11, 19)
-    assert CALL_EVENTS.last_closed_date(closes) == day
+    last_ms = int(datetime(2026, 11, 20, 23, 59, 59, 999_000, tzinfo=UTC).timestamp() * 1000)
+    assert CALL_EVENTS.closes_at_ms(last_ms) == int(closes.timestamp() * 1000)
+    assert CALL_EVENTS.closes_at_ms(last_ms + 1) == int(closes.timestamp() * 1000) + 86_400_000
+    before_1970 = -1  # 1969-12-31 23:59:59.999 closes at 1970-01-01 02:00
+    assert CALL_EVENTS.closes_at_ms(before_1970) == 2 * 3_600_000
+
+
+@pytest.mark.parametrize(
+    ("unit", "raw", "ms"),
+    [
+        ("s", 1_700_000_000, 1_700_000_000_000),
+        ("ms", 1_700_000_000_123, 1_700_000_000_123),
+        ("us", 1_700_000_000_123_999, 1_700_000_000_123),
+    ],
+)
+def test_event_times_convert_to_ms_by_their_unit(unit, raw, ms):
+    assert dataclasses.replace(CALL_EVENTS, event_time_unit=unit).event_time_ms(raw) == ms

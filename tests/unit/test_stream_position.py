@@ -1,4 +1,6 @@
-"""A stream's position read from outside: the checkpoint's newest commit, lag, closed dates."""
+"""A stream's position read from outside: the checkpoint's newest commit, lag.
+
+Closed dates need Kafka: tests/integration/test_supervisor.py."""
 
 from __future__ import annotations
 
@@ -10,8 +12,6 @@ import pytest
 from tidelake.streaming.calls.flow import CALL_EVENTS
 from tidelake.streaming.kafka.offsets import KafkaSourceError
 from tidelake.streaming.stream.status import (
-    TableProgress,
-    closed_dates,
     committed_batch,
     kafka_ends,
     stream_lag,
@@ -42,26 +42,6 @@ def test_lag_counts_whole_partitions_before_the_first_commit(tmp_path: Path) -> 
     _write_batch(tmp_path, 3, '{"t":{"0":8}}', committed=True)
     lag = stream_lag({0: 10, 1: 4}, committed_batch(tmp_path, "t").offsets)
     assert lag.by_partition == {0: 2, 1: 4} and lag.total == 6
-
-
-def _progress(newest: str, dates: dict[str, int]) -> TableProgress:
-    return TableProgress(1, datetime.fromisoformat(newest), dates, dict.fromkeys(dates, 1))
-
-
-@pytest.mark.parametrize(
-    ("newest", "after", "expected"),
-    [
-        ("2026-11-21T01:59:00+00:00", None, ["2026-11-19"]),  # 11-20 still within lateness
-        ("2026-11-21T02:00:00+00:00", None, ["2026-11-19", "2026-11-20"]),
-        ("2026-11-21T05:00:00+00:00", "2026-11-19", ["2026-11-20"]),
-        ("2026-11-21T05:00:00+00:00", "2026-11-20", []),
-        ("2026-11-24T05:00:00+00:00", "2026-11-20", ["2026-11-21", "2026-11-22", "2026-11-23"]),
-    ],
-)
-def test_closed_dates(newest: str, after: str | None, expected: list[str]) -> None:
-    progress = _progress(newest, {"2026-11-19": 3, "2026-11-20": 2, "2026-11-21": 1})
-    assert CALL_EVENTS.allowed_lateness == timedelta(hours=2)
-    assert closed_dates(progress, CALL_EVENTS, after) == expected
 
 
 def test_missing_table_has_no_progress(tmp_path: Path) -> None:

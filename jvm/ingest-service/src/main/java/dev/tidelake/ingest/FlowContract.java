@@ -10,8 +10,10 @@ import java.time.Instant;
 import java.time.ZoneOffset;
 import java.time.format.DateTimeFormatter;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.regex.Pattern;
 
@@ -34,14 +36,13 @@ final class FlowContract {
       FieldDescriptor field,
       boolean required,
       Set<Integer> enumNumbers,
-      String unknownEnumChoices,
+      String enumChoices,
       Pattern pattern,
       String patternProblem,
       Double min,
       Double max,
       String rangeText) {}
 
-  private static final long DAY_MS = 86_400_000L;
   private static final DateTimeFormatter ISO =
       DateTimeFormatter.ofPattern("yyyy-MM-dd'T'HH:mm:ss'Z'").withZone(ZoneOffset.UTC);
 
@@ -49,19 +50,27 @@ final class FlowContract {
   private final List<Rule> rules = new ArrayList<>();
   private final FieldDescriptor key;
   private final FieldDescriptor eventTime;
+  private final long eventTimeUnitsPerSecond;
+  private final String eventTimeUnitName;
   private final long maxClockSkewMs;
   private final String maxClockSkewText;
+  private final long dayMs;
   private final long allowedLatenessMs;
-  private final String requiredText;
+  private final Map<String, String> wording = new HashMap<>();
 
   FlowContract(JsonObject contract, Descriptor message) {
     this.message = message;
     this.key = field(message, contract.get("key_field").getAsString());
     this.eventTime = field(message, contract.get("event_time_field").getAsString());
+    this.eventTimeUnitsPerSecond = contract.get("event_time_units_per_second").getAsLong();
+    this.eventTimeUnitName = contract.get("event_time_unit_name").getAsString();
     this.maxClockSkewMs = contract.get("max_clock_skew_ms").getAsLong();
     this.maxClockSkewText = contract.get("max_clock_skew_text").getAsString();
+    this.dayMs = contract.get("day_ms").getAsLong();
     this.allowedLatenessMs = contract.get("allowed_lateness_ms").getAsLong();
-    this.requiredText = contract.get("required_text").getAsString();
+    for (Map.Entry<String, JsonElement> e : contract.getAsJsonObject("wording").entrySet()) {
+      wording.put(e.getKey(), e.getValue().getAsString());
+    }
     for (JsonElement element : contract.getAsJsonArray("rules")) {
       JsonObject r = element.getAsJsonObject();
       Set<Integer> numbers = null;
@@ -76,7 +85,7 @@ final class FlowContract {
               field(message, r.get("field").getAsString()),
               r.get("required").getAsBoolean(),
               numbers,
-              text(r, "unknown_enum_choices"),
+              text(r, "enum_choices"),
               r.has("pattern") ? Pattern.compile(r.get("pattern").getAsString()) : null,
               text(r, "pattern_problem"),
               r.has("min") ? r.get("min").getAsDouble() : null,
@@ -133,13 +142,15 @@ final class FlowContract {
         if (!rule.enumNumbers().contains(number)) {
           problems.add(
               new Violation(
-                  f.getName(), "unknown value " + number + "; one of " + rule.unknownEnumChoices()));
+                  f.getName(),
+                  say("unknown_enum", "number", Integer.toString(number), "choices",
+                      rule.enumChoices())));
           continue;
         }
       }
       boolean unset = unset(event, f, value);
       if (rule.required() && unset) {
-        problems.add(new Violation(f.getName(), requiredText));
+        problems.add(new Violation(f.getName(), say("required")));
       } else if (!unset) {
         String problem = checkProblem(rule, value);
         if (problem != null) {
@@ -178,33 +189,46 @@ final class FlowContract {
     return null;
   }
 
-  private Violation eventTimeProblem(long eventTimeMs, long nowMs) {
-    String name = eventTime.getName();
-    if (eventTimeMs == 0) {
-      return new Violation(name, "is required (epoch milliseconds, UTC)");
+  /** The service's clock rules, on the event time converted from its unit to milliseconds. */
+  private Violation eventTimeProblem(long rawTime, long nowMs) {
+    String name = eventTime.getName();  // set: the contract's rules require it
+    long eventTimeMs;
+    try {
+      eventTimeMs = Math.floorDiv(Math.multiplyExact(rawTime, 1000L), eventTimeUnitsPerSecond);
+    } catch (ArithmeticException e) {
+      eventTimeMs = rawTime > 0 ? Long.MAX_VALUE : Long.MIN_VALUE;
     }
     if (eventTimeMs > nowMs + maxClockSkewMs) {
       return new Violation(
           name,
-          iso(eventTimeMs)
-              + " is more than "
-              + maxClockSkewText
-              + " ahead of the service's clock ("
-              + iso(nowMs)
-              + "); is it in seconds instead of milliseconds?");
+          say("ahead_of_service", "time", iso(eventTimeMs), "skew", maxClockSkewText,
+              "now", iso(nowMs), "unit", eventTimeUnitName));
     }
-    long closesMs = (Math.floorDiv(eventTimeMs, DAY_MS) + 1) * DAY_MS + allowedLatenessMs;
+    long closesMs = closesAtMs(eventTimeMs);
     if (nowMs > closesMs) {
       return new Violation(
           name,
-          iso(eventTimeMs)
-              + " is on "
-              + iso(eventTimeMs).substring(0, 10)
-              + ", which closed at "
-              + iso(closesMs)
-              + ": the table accepts no more events of that day");
+          say("closed_for_service", "time", iso(eventTimeMs),
+              "date", iso(eventTimeMs).substring(0, 10), "closes", iso(closesMs)));
     }
     return null;
+  }
+
+  /** FlowSpec.closes_at_ms, from the day length and lateness the FlowSpec exports. */
+  long closesAtMs(long eventTimeMs) {
+    return (Math.floorDiv(eventTimeMs, dayMs) + 1) * dayMs + allowedLatenessMs;
+  }
+
+  /** The exported wording of {@code key}, its {name} placeholders filled from name, value pairs. */
+  private String say(String key, String... namesAndValues) {
+    String text = wording.get(key);
+    if (text == null) {
+      throw new IllegalArgumentException("the exported contract has no wording for " + key);
+    }
+    for (int i = 0; i + 1 < namesAndValues.length; i += 2) {
+      text = text.replace("{" + namesAndValues[i] + "}", namesAndValues[i + 1]);
+    }
+    return text;
   }
 
   private static String iso(long ms) {

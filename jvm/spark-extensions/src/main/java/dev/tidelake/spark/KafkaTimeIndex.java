@@ -2,13 +2,15 @@ package dev.tidelake.spark;
 
 import java.time.Duration;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Properties;
-import java.util.concurrent.ConcurrentHashMap;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.TimeoutException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.spark.sql.Column;
 import org.apache.spark.sql.api.java.UDF4;
@@ -16,20 +18,22 @@ import org.apache.spark.sql.functions;
 import org.apache.spark.sql.types.DataTypes;
 
 /**
- * The time-index half of tidelake's arrival rule, evaluated where the records are read.
+ * The partition half of tidelake's arrival rule, evaluated where the records are read.
  *
- * <p>{@code behind(topic, partition, offset, closesMs)} is true when the partition holds a record
- * stamped after {@code closesMs} at an offset at or before {@code offset}: Kafka's own time index
- * answers "the first offset stamped after T" (ListOffsets by timestamp) exactly, whatever the
- * timestamp type. Answers are kept per executor JVM: a found offset never changes; "none yet" is
- * valid below the partition's last stable offset at the time of asking, which covers every
- * record a micro-batch planned before it. So a batch costs one request per partition and
- * closing time that was not asked before, and none per record.
+ * <p>{@code behind(topic, partition, offset, closesMs)} is true when a committed data record
+ * stamped after {@code closesMs} stands at or before {@code offset} in its partition. Kafka's time
+ * index (ListOffsets by timestamp) gives the first offset stamped after a time, but it counts
+ * transaction markers, stamped with the coordinator's wall clock, and aborted records: a
+ * transactional producer that stamps event times would move the clock of every record behind its
+ * markers. So the index only says where to start reading; a read_committed consumer then reads
+ * from there to the first data record stamped after the time (one fetch, unless markers or
+ * aborted records stand there). Answers are kept per executor JVM ({@link ArrivalClock}), so a
+ * batch costs at most one lookup per partition and closing time, and none per record.
  */
 public final class KafkaTimeIndex implements UDF4<String, Integer, Long, Long, Boolean> {
   private static final long serialVersionUID = 1L;
   private static final Map<String, KafkaConsumer<byte[], byte[]>> CONSUMERS = new HashMap<>();
-  private static final Map<String, long[]> ANSWERS = new ConcurrentHashMap<>();
+  private static final Map<String, ArrivalClock> CLOCKS = new HashMap<>();
 
   private final HashMap<String, String> kafkaConf;
   private final long timeoutMs;
@@ -54,27 +58,52 @@ public final class KafkaTimeIndex implements UDF4<String, Integer, Long, Long, B
     if (topic == null || partition == null || offset == null || closesMs == null) {
       return null;
     }
-    String key = cacheKey() + "\u0000" + topic + "\u0000" + partition + "\u0000" + closesMs;
-    long[] answer = ANSWERS.get(key);  // {first offset stamped after, or -1; valid below}
-    if (answer == null || (answer[0] < 0 && offset >= answer[1])) {
-      answer = ask(new TopicPartition(topic, partition), closesMs);
-      ANSWERS.put(key, answer);
+    ArrivalClock clock;
+    synchronized (CLOCKS) {
+      clock = CLOCKS.computeIfAbsent(cacheKey(), k -> new ArrivalClock());
     }
-    return answer[0] >= 0 && offset >= answer[0];
+    return clock.passed(topic, partition, offset, closesMs, this::firstDataRecordAfter);
   }
 
-  private long[] ask(TopicPartition tp, long closesMs) {
+  /**
+   * The first committed data record stamped after {@code afterMs} at or after {@code from}, or
+   * none below the partition's last stable offset as it stood before the question was asked.
+   */
+  ArrivalClock.Answer firstDataRecordAfter(String topic, int partition, long afterMs, long from) {
+    TopicPartition tp = new TopicPartition(topic, partition);
     KafkaConsumer<byte[], byte[]> consumer = consumer();
     synchronized (consumer) {
       Duration timeout = Duration.ofMillis(timeoutMs);
-      Map<TopicPartition, OffsetAndTimestamp> found =
-          consumer.offsetsForTimes(Map.of(tp, closesMs + 1), timeout);
-      OffsetAndTimestamp first = found.get(tp);
-      if (first != null) {
-        return new long[] {first.offset(), Long.MAX_VALUE};
+      // the end first: a record appended after it may be stamped after afterMs
+      long end = consumer.endOffsets(List.of(tp), timeout).get(tp);
+      OffsetAndTimestamp first = consumer.offsetsForTimes(Map.of(tp, afterMs + 1), timeout).get(tp);
+      long start = Math.max(from, first == null ? end : first.offset());
+      if (start >= end) {
+        return ArrivalClock.Answer.noneBelow(end);
       }
-      long stable = consumer.endOffsets(java.util.List.of(tp), timeout).get(tp);
-      return new long[] {-1L, stable};
+      long deadline = System.nanoTime() + timeout.toNanos();
+      consumer.assign(List.of(tp));
+      consumer.seek(tp, start);
+      try {
+        while (consumer.position(tp, timeout) < end) {
+          for (ConsumerRecord<byte[], byte[]> record : consumer.poll(Duration.ofMillis(100))) {
+            if (record.offset() >= end) {
+              return ArrivalClock.Answer.noneBelow(end);
+            }
+            if (record.timestamp() > afterMs) {
+              return ArrivalClock.Answer.at(record.offset());
+            }
+          }
+          if (System.nanoTime() > deadline) {
+            throw new TimeoutException(
+                "reading " + tp + " from offset " + start + " to " + end + " took over "
+                    + timeoutMs + " ms");
+          }
+        }
+        return ArrivalClock.Answer.noneBelow(end);
+      } finally {
+        consumer.unsubscribe();
+      }
     }
   }
 

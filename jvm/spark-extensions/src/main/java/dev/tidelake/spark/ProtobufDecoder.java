@@ -51,17 +51,24 @@ public final class ProtobufDecoder implements UDF1<byte[], Row> {
 
   private final byte[] descriptorSet;
   private final String messageName;
+  private final String unknownEnum;
   private transient MessageLayout layout;
 
-  public ProtobufDecoder(byte[] descriptorSet, String messageName) {
+  /**
+   * @param unknownEnum the reason for an enum number the message does not declare, with
+   *     {@code {number}} and {@code {choices}} to fill (streaming/flow/contract.py's WORDING)
+   */
+  public ProtobufDecoder(byte[] descriptorSet, String messageName, String unknownEnum) {
     this.descriptorSet = descriptorSet.clone();
     this.messageName = messageName;
+    this.unknownEnum = unknownEnum;
     prepare();
   }
 
   /** {@code decode(value)} as a column of the struct described above. */
-  public static Column decode(Column value, String messageName, byte[] descriptorSet) {
-    ProtobufDecoder decoder = new ProtobufDecoder(descriptorSet, messageName);
+  public static Column decode(
+      Column value, String messageName, byte[] descriptorSet, String unknownEnum) {
+    ProtobufDecoder decoder = new ProtobufDecoder(descriptorSet, messageName, unknownEnum);
     return functions.udf(decoder, decoder.schema()).apply(value);
   }
 
@@ -102,7 +109,8 @@ public final class ProtobufDecoder implements UDF1<byte[], Row> {
   }
 
   private void prepare() {
-    layout = new MessageLayout(findMessage(descriptorSet, messageName), new LinkedHashSet<>());
+    layout = new MessageLayout(
+        findMessage(descriptorSet, messageName), new LinkedHashSet<>(), unknownEnum);
   }
 
   private static Descriptor findMessage(byte[] descriptorSet, String messageName) {
@@ -151,7 +159,7 @@ public final class ProtobufDecoder implements UDF1<byte[], Row> {
     final StructType type;
     private final Object[] unset;
 
-    MessageLayout(Descriptor message, Set<String> enclosing) {
+    MessageLayout(Descriptor message, Set<String> enclosing, String unknownEnum) {
       if (!enclosing.add(message.getFullName())) {
         throw new IllegalArgumentException(
             "message " + message.getFullName() + " contains itself (" + String.join(" > ", enclosing)
@@ -162,7 +170,7 @@ public final class ProtobufDecoder implements UDF1<byte[], Row> {
       unset = new Object[fields.size()];
       List<StructField> columns = new ArrayList<>();
       for (int i = 0; i < fields.size(); i++) {
-        FieldSlot slot = new FieldSlot(i, fields.get(i), enclosing);
+        FieldSlot slot = new FieldSlot(i, fields.get(i), enclosing, unknownEnum);
         slots[i] = slot;
         slotsByNumber.put(slot.number, slot);
         unset[i] = slot.unsetValue;
@@ -267,8 +275,8 @@ public final class ProtobufDecoder implements UDF1<byte[], Row> {
           String name = slot.enumNames.get(number);
           return name != null
               ? name
-              : new Refusal(path + slot.name + ": unknown value " + number + "; one of "
-                  + slot.enumKnown);
+              : new Refusal(path + slot.name + ": " + slot.unknownEnum.replace(
+                  "{number}", Integer.toString(number)));
         }
         case MESSAGE: {
           int limit = in.pushLimit(in.readRawVarint32());
@@ -302,9 +310,9 @@ public final class ProtobufDecoder implements UDF1<byte[], Row> {
     final DataType sparkType;
     final Object unsetValue;
     final Map<Integer, String> enumNames = new HashMap<>();
-    final List<String> enumKnown = new ArrayList<>();
+    final String unknownEnum;
 
-    FieldSlot(int index, FieldDescriptor field, Set<String> enclosing) {
+    FieldSlot(int index, FieldDescriptor field, Set<String> enclosing, String unknownEnum) {
       if (field.getType() == FieldDescriptor.Type.GROUP) {
         throw new IllegalArgumentException("field " + field.getName() + " is a group; not supported");
       }
@@ -316,18 +324,20 @@ public final class ProtobufDecoder implements UDF1<byte[], Row> {
       this.repeated = field.isRepeated();
       this.packable = field.isPackable();
       this.message = protoType == FieldDescriptor.Type.MESSAGE
-          ? new MessageLayout(field.getMessageType(), enclosing)
+          ? new MessageLayout(field.getMessageType(), enclosing, unknownEnum)
           : null;
       DataType single = message != null ? message.type : sparkType(protoType);
       this.sparkType = repeated ? DataTypes.createArrayType(single, true) : single;
+      List<String> known = new ArrayList<>();
       if (protoType == FieldDescriptor.Type.ENUM) {
         for (EnumValueDescriptor v : field.getEnumType().getValues()) {
           enumNames.putIfAbsent(v.getNumber(), v.getName());
           if (v.getNumber() != 0) {
-            enumKnown.add(v.getName());
+            known.add(v.getName());  // proto3's zero entry means "not set"
           }
         }
       }
+      this.unknownEnum = unknownEnum.replace("{choices}", known.toString());
       this.unsetValue = repeated || field.hasPresence() ? null : zeroValue();
     }
 
