@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help dev venv test lint typecheck format protos check-protos unit jvm-test bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster broker clean
+.PHONY: help dev venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster broker clean
 
 help:
 	@echo "make dev               the whole platform locally; Dagster UI on http://127.0.0.1:3000"
@@ -46,8 +46,12 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-test: check-protos lint typecheck jvm-test
+test: check-protos lint typecheck jvm-test test-packages
 	$(BIN)/pytest --timeout=900
+
+# chromium and postgresql from Debian, for the browser and distributed tests (when this user can)
+test-packages:
+	@scripts/install_test_packages.sh
 
 # the JUnit tests check the Java against what the FlowSpecs export, written here first
 jvm-test: $(STAMP)

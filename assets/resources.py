@@ -8,8 +8,12 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 
-from tidelake.platform.local.kafka_broker import resolve_kafka_conf
-from tidelake.streaming.settings import EngineSettings, load_engine_settings, redact
+from tidelake.streaming.settings import (
+    EngineSettings,
+    kafka_client_config,
+    load_engine_settings,
+    redact,
+)
 from tidelake.streaming.spark.session import spark_session_conf
 
 
@@ -28,7 +32,7 @@ class KafkaResource(dg.ConfigurableResource):
         env = dict(os.environ)
         if self.bootstrap_servers:
             env["KAFKA_BOOTSTRAP_SERVERS"] = self.bootstrap_servers
-        return resolve_kafka_conf(env)
+        return kafka_client_config(env)
 
     def describe(self) -> dict[str, str]:
         """The client config with secrets masked, for logs and metadata."""

@@ -26,14 +26,15 @@ from pyspark.sql import functions as F
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.protos.anomaly_pb2 import CallAnomaly
 from tidelake.streaming.calls.anomaly.detector import AnomalyDetector
+from tidelake.streaming.calls.anomaly.incidents import Incident
 from tidelake.streaming.calls.anomaly.model import minute_windows, train_baselines
 from tidelake.streaming.calls.anomaly.store import ModelInfo, save_model
-from tidelake.streaming.calls.demo_events import ACCOUNTS, Incident, scenario_events
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.calls.demo_events import ACCOUNTS, scenario_events
 from tidelake.streaming.kafka.admin import ensure_topic
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.spark.session import build_spark_session
-from tidelake.streaming.stream.flow_stream import await_query
+from tidelake.streaming.stream.query import await_query
 
 
 @click.command()

@@ -22,12 +22,12 @@ from deltalake import DeltaTable
 
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.streaming.batch.backfill import plan_backfill, run_backfill
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.delta.maintenance import compact_partition
 from tidelake.streaming.kafka.admin import ensure_topic
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.spark.session import build_spark_session
-from tidelake.streaming.stream.flow_stream import FlowStream, await_query
+from tidelake.streaming.stream.query import FlowStream, await_query
 
 
 def read_seconds(uri: str, day: str, repeats: int = 3) -> dict[str, float]:

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from common import commits, kafka, wait_for, write_figures
 
 from tidelake.platform.dev.produce import produce_demo_events
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import ensure_topic
 
 

@@ -30,7 +30,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.platform.local.spark_cluster import LocalSparkCluster
 from tidelake.protos.call_pb2 import CallEvent
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import ensure_topic
 
 _STATES = pa.array(CallEvent.CallState.keys())
@@ -99,7 +99,7 @@ def _write_floor_file(values: list[bytes], path: Path) -> int:
 # the stream as `tidelake stream --available-now` runs it, with the flow's dedup switched off
 _WITHOUT_DEDUP = """
 import dataclasses
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.stream.runner import run_flow_stream
 from tidelake.streaming.settings import kafka_client_config, load_engine_settings
 flow = dataclasses.replace(CALL_EVENTS, dedup_key=None)

@@ -36,7 +36,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tidelake.protos import call_pb2, service_pb2, service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import ensure_topic
 from tidelake.streaming.spark.jars import ingest_classpath, java_executable
 

@@ -14,7 +14,7 @@ from common import write_figures
 from deltalake import write_deltalake
 
 from tidelake.assets.quality.expectations import validate_partition
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.flow.table_schema import table_schema
 
 DAY = "2026-11-20"

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.flow.contract import WORDING, service_contract
 
 EVENT_TIMES_MS = [

@@ -2,7 +2,8 @@
 
 Each `<name>.proto` gets `<name>_pb2.py` (+ `.pyi`, and `_pb2_grpc.py` for services) and
 `<name>.binpb`: a FileDescriptorSet of the file and its imports, which the engine's JVM decoder
-reads (streaming/records/decode.py).
+reads (streaming/records/decode.py). The sets keep the .proto's comments (source_code_info): the
+tables' column docs come from them (streaming/flow/descriptor_set.py), generated code has none.
 
 Run `python scripts/gen_protos.py` after editing a .proto; `--check` exits 1 when the committed
 generated files differ from what the pinned grpcio-tools produces (CI runs it).
@@ -44,7 +45,8 @@ def generate(out_dir: Path) -> list[Path]:
                 raise SystemExit(f"protoc failed for {folder}")
             for proto, path in zip(protos, paths, strict=True):
                 descriptor_set = f"--descriptor_set_out={gen / package / proto.stem}.binpb"
-                if protoc.main(["protoc", *imports, descriptor_set, "--include_imports", path]):
+                options = ["--include_imports", "--include_source_info"]
+                if protoc.main(["protoc", *imports, descriptor_set, *options, path]):
                     raise SystemExit(f"protoc failed on the descriptor set of {proto}")
             for produced in sorted((gen / package).iterdir()):
                 if produced.name.endswith("_pb2_grpc.py") and "class " not in produced.read_text():

@@ -19,8 +19,9 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
-from tidelake.streaming.errors import SetupError
+from tidelake.streaming.errors import ConfigError
 from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.kafka.broker_state import broker_state_file, running_broker
 
 _SECRET_WORDS = ("password", "secret", "key", "token", "jaas")
 _UNITS = "milliseconds?|seconds?|minutes?|hours?|days?"
@@ -28,19 +29,25 @@ _DURATION = re.compile(rf"\s*(\d+\s*({_UNITS})\s*)+", re.IGNORECASE)
 """What Spark's processing-time trigger parses: one or more '<number> <unit>' parts."""
 
 
-class ConfigError(SetupError, ValueError):
-    """A setting is missing or invalid; the message names it."""
-
-
 def kafka_client_config(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """librdkafka settings for the configured cluster (bootstrap.servers plus KAFKA_* extras)."""
+    """librdkafka settings of the cluster: KAFKA_BOOTSTRAP_SERVERS plus every other KAFKA_*
+    variable, else the local broker that `tidelake broker` or `tidelake dev` runs on this machine
+    (kafka/broker_state.py). Raises ConfigError naming both ways when neither is there.
+
+    The one home of Kafka settings: the engine, Dagster's KafkaResource and the command line all
+    take their client config from here."""
     env = os.environ if env is None else env
     bootstrap = env.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
     if not bootstrap:
-        raise ConfigError(
-            "KAFKA_BOOTSTRAP_SERVERS is not set: point it at a Kafka cluster, or start the local "
-            "broker with `tidelake broker`"
-        )
+        state_file = broker_state_file(host_settings().home)
+        running = running_broker(state_file)
+        if running is None:
+            raise ConfigError(
+                "no Kafka broker configured: set KAFKA_BOOTSTRAP_SERVERS=host:port for a "
+                "cluster, or run `tidelake broker` in another terminal from this directory (it "
+                f"records its address in {state_file.resolve()})"
+            )
+        bootstrap = running
     conf = {"bootstrap.servers": bootstrap}
     for name, value in env.items():
         if name.startswith("KAFKA_") and name != "KAFKA_BOOTSTRAP_SERVERS":

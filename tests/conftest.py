@@ -83,7 +83,7 @@ def topic_name(request: pytest.FixtureRequest, kafka_conf: dict[str, Any]) -> It
 @pytest.fixture
 def call_events_topic(kafka_conf: dict[str, Any]) -> Iterator[str]:
     """The real call_events topic, new and empty, for tests that drive the `tidelake` CLI."""
-    from tidelake.streaming.calls.flow import CALL_EVENTS
+    from tidelake.streaming.calls.call_events import CALL_EVENTS
     from tidelake.streaming.kafka.admin import ensure_topic
 
     delete_topic(kafka_conf, CALL_EVENTS.topic)
@@ -95,7 +95,7 @@ def call_events_topic(kafka_conf: dict[str, Any]) -> Iterator[str]:
 @pytest.fixture
 def flow(kafka_conf: dict[str, Any], topic_name: str) -> Any:
     """CALL_EVENTS on a fresh topic of its own."""
-    from tidelake.streaming.calls.flow import CALL_EVENTS
+    from tidelake.streaming.calls.call_events import CALL_EVENTS
     from tidelake.streaming.kafka.admin import ensure_topic
 
     flow = dataclasses.replace(CALL_EVENTS, topic=topic_name)

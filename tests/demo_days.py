@@ -9,8 +9,8 @@ import pandas as pd
 import pyarrow as pa
 from deltalake import write_deltalake
 
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.calls.demo_events import scenario_events
-from tidelake.streaming.calls.flow import CALL_EVENTS
 from tidelake.streaming.settings import EngineSettings
 
 CALLS_PER_MINUTE = 150

@@ -8,12 +8,14 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from lake_readers import read_delta
 
 from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
-from tidelake.streaming.stream.flow_stream import FlowStream, await_query
+from tidelake.streaming.stream.query import FlowStream, await_query
 
 
 def cli_available_now(
@@ -37,6 +39,29 @@ def run_available_now(spark: Any, flow: Any, settings: Any, kafka_conf: Any) -> 
     query = stream.start(spark, available_now=True)
     await_query(query, threading.Event(), explain=stream.explain_failure)
     return stream
+
+
+@dataclass(frozen=True)
+class StreamedRun:
+    """What produce_and_stream did: the producer's report, the stream, and the flow's table and
+    quarantine as delta-rs read them once the stream had read everything."""
+
+    report: ProduceReport
+    stream: FlowStream
+    table: pa.Table
+    quarantine: pa.Table
+
+
+def produce_and_stream(
+    spark: Any, flow: Any, settings: Any, kafka_conf: Any, **produce_options: Any
+) -> StreamedRun:
+    """Produce demo events to the flow's topic (produce_demo_events with produce_options, no
+    progress bar), run the stream until it has read everything, and read both tables back."""
+    report = produce_demo_events(flow, kafka_conf, **{"progress": False, **produce_options})
+    stream = run_available_now(spark, flow, settings, kafka_conf)
+    return StreamedRun(
+        report, stream, read_delta(stream.table_uri), read_delta(stream.quarantine_uri)
+    )
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from tidelake.assets.calls.detector_job import (
     build_detector_supervisor,
     detector_asset_specs,
 )
-from tidelake.assets.stream.supervisor import SupervisorPolicy
+from tidelake.assets.stream.supervisor_decision import SupervisorPolicy
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
 

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 import dagster as dg
 from pydantic import Field
 
-from tidelake.assets.flow.automation import after_blocking_checks
-from tidelake.assets.flow.keys import daily_partitions, table_key
 from tidelake.assets.quality.partition_checks import EXPECTATIONS
+from tidelake.assets.tables.automation import after_blocking_checks
+from tidelake.assets.tables.keys import daily_partitions, table_key
 from tidelake.streaming.calls.anomaly.store import MODEL_TABLE, VERSIONS_TABLE
 from tidelake.streaming.calls.anomaly.training import TrainingError, baseline_plot, train_model
 from tidelake.streaming.flow.spec import FlowSpec

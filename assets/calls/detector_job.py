@@ -10,10 +10,10 @@ from typing import Any
 import dagster as dg
 
 from tidelake.assets.calls.anomaly_model_asset import MODEL_KEY
-from tidelake.assets.flow.keys import topic_key
-from tidelake.assets.flow.specs import column_schema
 from tidelake.assets.stream.always_on import AlwaysOn, build_always_on_job, build_supervisor
-from tidelake.assets.stream.supervisor import SupervisorPolicy
+from tidelake.assets.stream.supervisor_decision import SupervisorPolicy
+from tidelake.assets.tables.asset_specs import column_schema
+from tidelake.assets.tables.keys import topic_key
 from tidelake.streaming.calls.anomaly.detector import (
     ALERTS_TOPIC,
     ANOMALIES_TABLE,
@@ -23,7 +23,7 @@ from tidelake.streaming.calls.anomaly.detector import (
 )
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
-from tidelake.streaming.stream.flow_stream import ProgressHandler
+from tidelake.streaming.stream.query import ProgressHandler
 
 ANOMALIES_KEY = dg.AssetKey(["lake", ANOMALIES_TABLE])
 ALERTS_KEY = dg.AssetKey(["kafka", ALERTS_TOPIC])

@@ -5,9 +5,8 @@
   failing day; automation conditions can gate on it with all_deps_blocking_checks_passed().
 - `volume_vs_trailing_7_days` (WARN): rows of the day against the median of the 7 days before.
 - `quarantine_share` (WARN): share of the day's records that went to quarantine.
-- freshness: a FreshnessPolicy on the table asset (daily_freshness): yesterday's partition
-  must be materialized by FRESHNESS_MARGIN after it closes (02:00 + 2 h = 04:00 UTC with the
-  call-events flow's 2 h lateness).
+- freshness: a FreshnessPolicy on the table asset (tables/asset_specs.py's daily_freshness):
+  yesterday's partition must be materialized within FRESHNESS_MARGIN of its closing.
 
 The first three run by themselves when a partition of the last 7 days is materialized (the
 supervisor closing the day, or a backfill), and on demand for any partition or range. Counts
@@ -21,18 +20,16 @@ from typing import Any
 
 import dagster as dg
 
-from tidelake.assets.flow.automation import check_on_new_partitions
-from tidelake.assets.flow.keys import daily_partitions, table_key
 from tidelake.assets.quality.expectations import PartitionValidation, validate_partition
+from tidelake.assets.tables.automation import check_on_new_partitions
+from tidelake.assets.tables.keys import daily_partitions, table_key
+from tidelake.streaming.delta.progress import table_progress
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
-from tidelake.streaming.stream.status import table_progress
 
 EXPECTATIONS = "expectations"
 VOLUME = "volume_vs_trailing_7_days"
 QUARANTINE_SHARE = "quarantine_share"
-FRESHNESS_MARGIN = timedelta(hours=2)
-"""How long after a day closes (FlowSpec.closes_at) its partition may take to be announced."""
 
 
 Verdict = tuple[bool, str, dict[str, Any]]
@@ -148,21 +145,6 @@ def _evaluate(
             blocking=blocking,
         )
     yield dg.Output(None)
-
-
-def daily_freshness(flow: FlowSpec) -> dg.FreshnessPolicy:
-    """A day's partition is materialized within FRESHNESS_MARGIN of its closing time."""
-    return dg.FreshnessPolicy.cron(
-        deadline_cron=freshness_deadline_cron(flow),
-        lower_bound_delta=timedelta(hours=24),
-        timezone="UTC",
-    )
-
-
-def freshness_deadline_cron(flow: FlowSpec) -> str:
-    """The daily deadline: the time of day the flow's days close, plus FRESHNESS_MARGIN."""
-    closes = flow.closes_at(date(2026, 1, 1)) + FRESHNESS_MARGIN
-    return f"{closes.minute} {closes.hour} * * *"
 
 
 def volume_verdict(

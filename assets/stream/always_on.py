@@ -26,10 +26,17 @@ from pyspark.sql.streaming import StreamingQuery
 from tidelake.assets.dagster_failures import step_failure
 from tidelake.assets.resources import KafkaResource
 from tidelake.assets.stream.health import recent_runs
-from tidelake.assets.stream.supervisor import Decision, RunState, RunView, SupervisorPolicy, decide
-from tidelake.streaming.settings import ConfigError, EngineSettings
+from tidelake.assets.stream.supervisor_decision import (
+    Decision,
+    RunState,
+    RunView,
+    SupervisorPolicy,
+    decide,
+)
+from tidelake.streaming.errors import ConfigError
+from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.spark.session import host_session
-from tidelake.streaming.stream.flow_stream import ProgressHandler, await_query
+from tidelake.streaming.stream.query import ProgressHandler, await_query
 from tidelake.streaming.stream.runner import graceful_stop_signals
 
 STREAM_TAG = "tidelake/stream"

@@ -13,13 +13,13 @@ from typing import Any, TypeVar
 import dagster as dg
 from confluent_kafka import KafkaException
 
-from tidelake.assets.flow.keys import table_key
-from tidelake.assets.flow.specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
-from tidelake.assets.stream.supervisor import (
+from tidelake.assets.stream.supervisor_decision import (
     Decision,
     RunState,
     RunView,
 )
+from tidelake.assets.tables.asset_specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
+from tidelake.assets.tables.keys import table_key
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.offsets import KafkaSourceError
 from tidelake.streaming.stream.status import (

@@ -9,12 +9,12 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from tidelake.assets.flow.keys import table_key
-from tidelake.assets.flow.specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
 from tidelake.assets.resources import KafkaResource
 from tidelake.assets.stream.health import measure_health, recent_runs, stream_restarts
 from tidelake.assets.stream.job import stream_job_name
-from tidelake.assets.stream.supervisor import SupervisorPolicy, decide
+from tidelake.assets.stream.supervisor_decision import SupervisorPolicy, decide
+from tidelake.assets.tables.asset_specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
+from tidelake.assets.tables.keys import table_key
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
 

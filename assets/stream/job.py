@@ -6,13 +6,13 @@ from typing import Any
 import dagster as dg
 from pyspark.sql.streaming import StreamingQuery
 
-from tidelake.assets.flow.keys import table_key
 from tidelake.assets.stream.always_on import AlwaysOn, build_always_on_job
+from tidelake.assets.tables.keys import table_key
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.offsets import KafkaSourceError, from_json_offsets
 from tidelake.streaming.records.dedup import rows_dropped_by_watermark
 from tidelake.streaming.settings import EngineSettings
-from tidelake.streaming.stream.flow_stream import FlowStream
+from tidelake.streaming.stream.query import FlowStream
 from tidelake.streaming.stream.status import kafka_ends, stream_lag
 
 

@@ -16,11 +16,18 @@ from google.rpc import code_pb2
 
 from tidelake.protos import service_pb2, service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent
+from tidelake.streaming.errors import TidelakeError
 
 _END = object()
 
 
-class ServiceSender:
+class IngestDeliveryError(TidelakeError, RuntimeError):
+    """Events did not reach the ingest service, or it could not hand them to Kafka."""
+
+
+class IngestServiceDelivery:
+    """The demo producer's delivery through the ingest service's trackCalls stream."""
+
     def __init__(
         self,
         address: str,
@@ -43,10 +50,8 @@ class ServiceSender:
         try:
             grpc.channel_ready_future(self._channel).result(timeout=connect_timeout_s)
         except grpc.FutureTimeoutError:
-            from tidelake.platform.dev.produce import ProduceError
-
             self._channel.close()
-            raise ProduceError(
+            raise IngestDeliveryError(
                 f"no ingest service answers at {address} after {connect_timeout_s:g} s "
                 "(start one with `tidelake serve`)"
             ) from None
@@ -76,15 +81,13 @@ class ServiceSender:
         self._batch = service_pb2.CallEventBatch()
 
     def raise_if_failing(self, produced: int | None = None) -> None:
-        from tidelake.platform.dev.produce import ProduceError
-
         if self.stream_error is not None:
-            raise ProduceError(
+            raise IngestDeliveryError(
                 f"the stream to the ingest service at {self.address} failed: {self.stream_error}"
             )
         if self.failures:
             of = f" of {produced}" if produced is not None else ""
-            raise ProduceError(
+            raise IngestDeliveryError(
                 f"{len(self.failures)}{of} events were not accepted by the ingest service at "
                 f"{self.address} (first: {self.failures[0]})"
             )
@@ -111,9 +114,7 @@ class ServiceSender:
             except queue.Full:  # the service is slow, or the stream has ended
                 self.raise_if_failing()
                 if not self._reader.is_alive():
-                    from tidelake.platform.dev.produce import ProduceError
-
-                    raise ProduceError(f"the stream to {self.address} ended early") from None
+                    raise IngestDeliveryError(f"the stream to {self.address} ended early") from None
 
     def _read(self) -> None:
         try:

@@ -1,10 +1,10 @@
 """Where and how the ingest service listens: the address checked before gRPC binds it, TLS, and
 who may call it.
 
-A second server on a taken port must fail, not share the port's connections with the first
-(Python's gRPC server set SO_REUSEPORT): the launcher checks the address itself, to fail in one
-line that names what holds the port. Plaintext is for loopback: on any other address the
-service needs a certificate, or an explicit, logged opt-out.
+The launcher checks the address before the service's JVM binds it, so that a taken port fails
+at once, in one line that names the process holding it (the JVM could only say that the address
+is in use). Plaintext is for loopback: on any other address the service needs a certificate, or
+an explicit, logged opt-out.
 """
 
 from __future__ import annotations

@@ -10,13 +10,13 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from tidelake.assets.flow.keys import quarantine_key, table_key, topic_key
 from tidelake.assets.stream.job import stream_job_name
-from tidelake.assets.stream.sensor import supervisor_sensor_name
+from tidelake.assets.stream.supervisor_sensor import supervisor_sensor_name
+from tidelake.assets.tables.keys import quarantine_key, table_key, topic_key
 from tidelake.platform.dev.dagster_web import DagsterWeb, wait_for
+from tidelake.streaming.delta.progress import table_progress
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
-from tidelake.streaming.stream.status import table_progress
 
 
 def check_dev(

@@ -25,7 +25,8 @@ from google.protobuf.message import DecodeError
 from tqdm import tqdm
 
 from tidelake.protos.call_pb2 import CallEvent
-from tidelake.streaming.calls.demo_events import Incident, with_incidents
+from tidelake.streaming.calls.anomaly.incidents import Incident
+from tidelake.streaming.calls.demo_events import with_incidents
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.admin import quiet_client_config, require_topic
@@ -150,13 +151,13 @@ def produce_demo_events(
         typed_poison=via_service is not None,
         incidents=incidents,
     )
-    sender: _Sender
+    delivery: _Delivery
     if via_service is None:
-        sender = _KafkaSender(conf, flow.topic)
+        delivery = _KafkaDelivery(conf, flow.topic)
     else:
-        from tidelake.platform.calls.ingest_client import ServiceSender
+        from tidelake.platform.calls.ingest_client import IngestServiceDelivery
 
-        sender = ServiceSender(via_service)
+        delivery = IngestServiceDelivery(via_service)
     keys: list[str] | None = [] if collect_keys else None
 
     # Poll (serve callbacks, update the bar, check the clock) about ten times a second.
@@ -175,34 +176,34 @@ def produce_demo_events(
     try:
         while total is None or produced < total:
             if produced % poll_every == 0:
-                sender.poll(0)
+                delivery.poll(0)
                 bar.update(produced - bar.n)
-                sender.raise_if_failing()
+                delivery.raise_if_failing()
                 if time.perf_counter() >= stop_at:
                     break
             if rate is not None:
-                _wait_until(sender, started + produced / rate)
+                _wait_until(delivery, started + produced / rate)
             key, value, good_key, arrival_ms = generator.next_message()
-            sender.send(key, value, arrival_ms)
+            delivery.send(key, value, arrival_ms)
             produced += 1
             if keys is not None and good_key is not None:
                 keys.append(good_key)
         bar.update(produced - bar.n)
     except BaseException:
         bar.close()
-        sender.abort()  # deliver what is queued, but exit promptly
+        delivery.abort()  # deliver what is queued, but exit promptly
         raise
     bar.close()
-    undelivered = sender.finish()
+    undelivered = delivery.finish()
     elapsed_s = time.perf_counter() - started
-    sender.raise_if_failing(produced=produced)
+    delivery.raise_if_failing(produced=produced)
     if undelivered:
         raise ProduceError(
             f"{undelivered} of {produced} messages to {flow.topic} were still queued after flush"
         )
-    if via_service is not None and sender.rejected != generator.malformed:
+    if via_service is not None and delivery.rejected != generator.malformed:
         raise ProduceError(
-            f"the ingest service refused {sender.rejected} events, but {generator.malformed} "
+            f"the ingest service refused {delivery.rejected} events, but {generator.malformed} "
             "were meant to be invalid"
         )
     return generator.report(flow.topic, produced, elapsed_s, keys)
@@ -368,7 +369,7 @@ class _DemoMessages:
         return b"\xff\xff\xff"  # the shape happened to parse for this message type
 
 
-class _Sender(Protocol):
+class _Delivery(Protocol):
     rejected: int
 
     def send(self, key: bytes | None, value: bytes, timestamp_ms: int) -> None: ...
@@ -378,7 +379,7 @@ class _Sender(Protocol):
     def abort(self) -> None: ...
 
 
-class _KafkaSender:
+class _KafkaDelivery:
     """Straight to Kafka: an idempotent acks=all producer; delivery failures are collected."""
 
     rejected = 0
@@ -432,13 +433,13 @@ class _KafkaSender:
             )
 
 
-def _wait_until(sender: _Sender, due: float) -> None:
+def _wait_until(delivery: _Delivery, due: float) -> None:
     """Pace to a rate: wait (serving callbacks) only when more than 2 ms ahead of schedule."""
     ahead = due - time.perf_counter()
     if ahead <= 0.002:
         return
     while ahead > 0:
-        sender.poll(ahead)
+        delivery.poll(ahead)
         ahead = due - time.perf_counter()
 
 

@@ -24,17 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidelake.platform.dev.dagster_web import DagsterWeb, DagsterWebError
-from tidelake.platform.local.kafka_broker import (
-    broker_state_file,
-    kept_data_dir,
-    recorded_broker,
-    running_broker,
-)
-from tidelake.streaming.calls.flow import CALL_EVENTS
-from tidelake.streaming.errors import TidelakeError
+from tidelake.platform.local.kafka_broker import broker_state_file, kept_data_dir, recorded_broker
+from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.errors import ConfigError, TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.admin import check_reachable, ensure_flow_topics
-from tidelake.streaming.settings import ConfigError, kafka_client_config
+from tidelake.streaming.kafka.broker_state import running_broker
+from tidelake.streaming.settings import kafka_client_config
 from tidelake.streaming.stream.status import first_record_date, kafka_ends
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -29,12 +28,14 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
 
 from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.kafka import broker_state as kafka_broker_state
+from tidelake.streaming.kafka.broker_state import running_broker, write_broker_state
 from tidelake.streaming.settings import host_settings
 from tidelake.streaming.spark.jars import JarsMissingError, broker_classpath, java_executable
 
@@ -302,8 +303,13 @@ class LocalKafkaBroker:
         command = self._java_command(java, classpath, "kafka.tools.StorageTool")
         # "=" keeps an id that starts with "-" (1 in 64 of them) from reading as an option
         command += ["format", f"--cluster-id={cluster_id}", "-c", str(properties)]
-        result = subprocess.run(
-            command, capture_output=True, text=True, cwd=self._workdir, check=False
+        result = subprocess.run(  # in a session of its own: a terminal's Ctrl-C is ours to handle
+            command,
+            capture_output=True,
+            text=True,
+            cwd=self._workdir,
+            check=False,
+            start_new_session=True,
         )
         if result.returncode != 0:
             raise BrokerError(
@@ -397,7 +403,8 @@ def kept_data_dir() -> Path:
 def recorded_broker(state_file: Path, data_dir: Path | None = None) -> Iterator[LocalKafkaBroker]:
     """A started broker whose address is in state_file while it runs (removed on exit)."""
     with LocalKafkaBroker(data_dir=data_dir) as broker:
-        _write_state(state_file, broker)
+        assert broker.pid is not None and broker.log_path is not None
+        write_broker_state(state_file, broker.bootstrap_servers, broker.pid, broker.log_path)
         try:
             yield broker
         finally:
@@ -451,58 +458,8 @@ def tidelake_home() -> Path:
 
 
 def broker_state_file() -> Path:
-    return tidelake_home() / "broker.json"
-
-
-def resolve_kafka_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """librdkafka config: KAFKA_* variables if set, else the running `tidelake broker`.
-
-    Raises ConfigError naming both ways when neither is there.
-    """
-    from tidelake.streaming.settings import ConfigError, kafka_client_config
-
-    env = os.environ if env is None else env
-    if env.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
-        return kafka_client_config(env)
-    state_file = broker_state_file()
-    address = running_broker(state_file)
-    if address is None:
-        raise ConfigError(
-            "no Kafka broker configured: set KAFKA_BOOTSTRAP_SERVERS=host:port for a cluster, or "
-            f"run `tidelake broker` in another terminal from this directory (it records its "
-            f"address in {state_file.resolve()})"
-        )
-    return kafka_client_config({**env, "KAFKA_BOOTSTRAP_SERVERS": address})
-
-
-def running_broker(state_file: Path) -> str | None:
-    """Bootstrap address of the broker recorded in state_file, if its process is still alive."""
-    try:
-        state = json.loads(state_file.read_text())
-        address, pid = state["bootstrap_servers"], state["pid"]
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise BrokerError(
-            f"broker state file {state_file} is unreadable ({exc}); delete it"
-        ) from None
-    if not isinstance(address, str) or not isinstance(pid, int) or not _pid_alive(pid):
-        return None
-    return address
-
-
-def _write_state(state_file: Path, broker: LocalKafkaBroker) -> None:
-    """Atomically record where the broker listens (pid is the broker's own process)."""
-    state_file.parent.mkdir(parents=True, exist_ok=True)
-    state = {
-        "bootstrap_servers": broker.bootstrap_servers,
-        "pid": broker.pid,
-        "supervisor_pid": os.getpid(),
-        "log": str(broker.log_path),
-    }
-    partial = state_file.with_name(f".{state_file.name}.{os.getpid()}.tmp")
-    partial.write_text(json.dumps(state, indent=2) + "\n")
-    os.replace(partial, state_file)
+    """Where `tidelake broker` and `tidelake dev` record the broker they run."""
+    return kafka_broker_state.broker_state_file(tidelake_home())
 
 
 def free_port() -> int:
@@ -523,18 +480,6 @@ def _accepts_connections(port: int) -> bool:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    return True
 
 
 @atexit.register

@@ -33,6 +33,7 @@ from pyspark.sql import functions as F
 from tidelake.streaming.delta.commit import replace_partitions
 from tidelake.streaming.delta.evolution import SchemaChangeError, evolve_table
 from tidelake.streaming.delta.files import write_data_files
+from tidelake.streaming.delta.progress import table_progress
 from tidelake.streaming.delta.write import good_rows
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
@@ -41,7 +42,7 @@ from tidelake.streaming.kafka.read import read_records
 from tidelake.streaming.records.decode import decode_records
 from tidelake.streaming.records.dedup import drop_repeats_in_batch
 from tidelake.streaming.settings import EngineSettings
-from tidelake.streaming.stream.status import table_progress, written_position
+from tidelake.streaming.stream.status import written_position
 
 log = logging.getLogger(__name__)
 _DAY = timedelta(days=1)

@@ -1,56 +1,19 @@
-"""Realistic synthetic events for the demo producer and the benchmarks, and incidents to inject
-into them (with known start and end) so that anomaly detection can be measured."""
+"""Realistic synthetic events for the demo producer and the benchmarks, with incidents
+(calls/anomaly/incidents.py) injected at known times so that anomaly detection can be measured."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from tidelake.protos.call_pb2 import CallEvent
+from tidelake.streaming.calls.anomaly.incidents import Incident, IncidentKind
 
 ACCOUNTS = [f"AC{random.Random(i).getrandbits(128):032x}" for i in range(25)]
 """Demo accounts, busiest first (about 56%, 24%, 8% ... of calls)."""
 _REGIONS = [CallEvent.us1, CallEvent.us2, CallEvent.de1]
 _REGION_WEIGHTS = [0.5, 0.3, 0.2]
 FAILURE_RATE = 0.04
-
-IncidentKind = Literal["failure_spike", "volume_drop", "duration_shift"]
-INCIDENT_KINDS: tuple[IncidentKind, ...] = ("failure_spike", "volume_drop", "duration_shift")
-
-
-@dataclass(frozen=True)
-class Incident:
-    """Something going wrong for one account or region between start_ms and end_ms.
-
-    failure_spike: half the calls of `key` fail; volume_drop: 80% of the calls of `key` never
-    happen; duration_shift: calls of `key` last 3 times as long. `key` is an account_sid or a
-    region name (us1, us2, de1).
-    """
-
-    kind: IncidentKind
-    key: str
-    start_ms: int
-    end_ms: int
-
-    def __post_init__(self) -> None:
-        if self.kind not in INCIDENT_KINDS:
-            raise ValueError(f"incident kind must be one of {INCIDENT_KINDS}, got {self.kind!r}")
-        if self.end_ms <= self.start_ms:
-            raise ValueError("an incident must end after it starts")
-
-    @property
-    def metric(self) -> str:
-        """The anomaly metric this incident shows up in."""
-        return {"failure_spike": "failure_rate", "volume_drop": "volume"}.get(
-            self.kind, "log_duration"
-        )
-
-    def touches(self, event: CallEvent) -> bool:
-        key = (
-            event.account_sid if self.key.startswith("AC") else CallEvent.Region.Name(event.region)
-        )
-        return key == self.key and self.start_ms <= event.event_time < self.end_ms
 
 
 def call_event(rng: random.Random, event_time_ms: int) -> CallEvent:

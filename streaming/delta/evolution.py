@@ -3,7 +3,9 @@
 Every column made from a message field carries that field's protobuf number, type and role
 (key, event time, required) in its Delta column metadata (`tidelake.protobuf`). The table thus
 records the contract its rows were written under, whoever writes next, and `evolve_table`
-compares it with the flow's current message before a stream or a backfill reads a record:
+compares it with the flow's current message before a stream or a backfill reads a record.
+Every column also carries its doc (`comment`: the .proto's comments on its field, or an engine
+column's description; table_schema), kept up to date the same way as the contract.
 
 - a new field (a number the table never had) becomes a nullable column, in one commit; rows
   written before read as null;
@@ -32,9 +34,9 @@ from deltalake.schema import Field as DeltaField
 from google.protobuf.descriptor import FieldDescriptor
 
 from tidelake.streaming.delta.commit import create_table, same_column_type
-from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.errors import SetupError
 from tidelake.streaming.flow.spec import FlowSpec
-from tidelake.streaming.flow.table_schema import table_schema
+from tidelake.streaming.flow.table_schema import COMMENT_KEY, column_doc, table_schema
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +52,7 @@ _WIDENINGS = {("int32", "int64"), ("sint32", "sint64"), ("uint32", "uint64"), ("
 """Proto type changes that keep every value and its wire encoding."""
 
 
-class SchemaChangeError(TidelakeError, RuntimeError):
+class SchemaChangeError(SetupError, RuntimeError):
     """The flow's message changed in a way its table cannot follow; nothing was changed."""
 
 
@@ -97,11 +99,14 @@ def field_contracts(flow: FlowSpec) -> dict[str, FieldContract]:
 
 
 def contract_schema(flow: FlowSpec) -> pa.Schema:
-    """table_schema(flow) with each message column's FieldContract in its metadata."""
+    """table_schema(flow) (each column with its doc) with each message column's FieldContract
+    in its metadata."""
     contracts = field_contracts(flow)
     return pa.schema(
         [
-            f.with_metadata({FIELD_METADATA_KEY: contracts[f.name].to_json()})
+            f.with_metadata(
+                {**(f.metadata or {}), FIELD_METADATA_KEY.encode(): contracts[f.name].to_json()}
+            )
             if f.name in contracts
             else f
             for f in table_schema(flow)
@@ -135,15 +140,17 @@ def evolve_table(flow: FlowSpec, table_uri: str) -> TableEvolution:
     widened = [
         f for f in want if f.name in have and not same_column_type(have[f.name].type, f.type)
     ]
-    restamped = [
-        f.name
+    restamped = {
+        f.name: _restamp(have[f.name], f, contracts.get(f.name), stored.get(f.name))
         for f in want
-        if f.name in contracts and f.name in have and stored.get(f.name) != contracts[f.name]
-    ]
+        if f.name in have
+    }
     if widened:
         _rewrite_wider(table, flow, want, [f.name for f in widened])
         table = DeltaTable(table_uri)
-        restamped = []  # the rewrite wrote every column's contract
+        for f in widened:  # the rewrite wrote their contracts and docs
+            restamped.pop(f.name, None)
+    restamped = {name: metadata for name, metadata in restamped.items() if metadata}
     if added:
         table.alter.add_columns(
             [DeltaField.from_arrow(f) for f in added],
@@ -151,8 +158,8 @@ def evolve_table(flow: FlowSpec, table_uri: str) -> TableEvolution:
                 custom_metadata={"tidelake.added_columns": ",".join(f.name for f in added)}
             ),
         )
-    for name in restamped:
-        table.alter.set_column_metadata(name, {FIELD_METADATA_KEY: contracts[name].to_json()})
+    for name, metadata in restamped.items():
+        table.alter.set_column_metadata(name, metadata)
     evolution = TableEvolution(
         added=tuple(f.name for f in added),
         widened=tuple(f.name for f in widened),
@@ -161,6 +168,19 @@ def evolve_table(flow: FlowSpec, table_uri: str) -> TableEvolution:
     if evolution.changed:
         log.info("%s follows %s: %s", table_uri, flow.message.DESCRIPTOR.full_name, evolution)
     return evolution
+
+
+def _restamp(
+    have: pa.Field, want: pa.Field, contract: FieldContract | None, stored: FieldContract | None
+) -> dict[str, str]:
+    """The column metadata that brings the table's column `have` to the flow's `want`: its
+    contract and its doc (the doc set to "" when the field lost its comments); {} if none."""
+    metadata: dict[str, str] = {}
+    if contract is not None and contract != stored:
+        metadata[FIELD_METADATA_KEY] = contract.to_json()
+    if column_doc(want) != column_doc(have):
+        metadata[COMMENT_KEY] = column_doc(want)
+    return metadata
 
 
 def _breaking_changes(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from deltalake import DeltaTable, WriterProperties
 
-from tidelake.streaming.stream.status import snapshot_progress
+from tidelake.streaming.delta.progress import snapshot_progress
 
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
 MIN_VACUUM_RETENTION_HOURS = 168

@@ -37,7 +37,7 @@ from tidelake.streaming.delta.evolution import evolve_table
 from tidelake.streaming.delta.files import write_arrow_files, write_data_files
 from tidelake.streaming.flow.engine_columns import ERROR_COLUMN
 from tidelake.streaming.flow.spec import FlowSpec
-from tidelake.streaming.records.decode import quarantine_columns, table_columns
+from tidelake.streaming.flow.table_schema import quarantine_columns, table_columns
 
 log = logging.getLogger(__name__)
 

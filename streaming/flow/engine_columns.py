@@ -1,6 +1,7 @@
-"""The columns the engine adds to every flow's rows, named once: the decoder makes them, the
-table schema stores some of them, deduplication and quarantine read them, and no message field
-may take one of these names (FlowSpec checks)."""
+"""The columns the engine adds to every flow's rows, named and described once: the decoder makes
+them, the table schema stores some of them (with these descriptions as their column docs),
+deduplication and quarantine read them, and no message field may take one of these names
+(FlowSpec checks)."""
 
 from __future__ import annotations
 
@@ -23,3 +24,18 @@ ENGINE_COLUMNS = (
     RAW_KEY_COLUMN,
     RAW_VALUE_COLUMN,
 )
+
+ENGINE_COLUMN_DESCRIPTIONS = {
+    KAFKA_TOPIC: "Kafka topic the record was read from",
+    KAFKA_PARTITION: "Kafka partition of the record",
+    KAFKA_OFFSET: "offset of the record in its Kafka partition (topic, partition and offset "
+    "identify it across replays)",
+    KAFKA_TIMESTAMP: "the record's Kafka timestamp, UTC (its ingest_time if Kafka's was unset)",
+    INGEST_TIME_COLUMN: "when the engine read the record from Kafka, UTC",
+    ERROR_COLUMN: "why the record was quarantined: the first rule it broke",
+    RAW_KEY_COLUMN: "the record's Kafka key as sent",
+    RAW_VALUE_COLUMN: "the record's Kafka value as sent (the serialized protobuf message)",
+}
+"""One line per engine column, shown as its column doc (Delta column comment, Dagster UI)."""
+PARTITION_COLUMN_DESCRIPTION = "UTC date of the event time: the table's daily partition"
+"""The doc of a flow's partition column (FlowSpec.partition_column, `date` by default)."""

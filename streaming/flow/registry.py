@@ -1,16 +1,16 @@
 """The declared flows: tidelake's own flow modules (BUILTIN_FLOW_MODULES) and a deployment's
 (TIDELAKE_FLOW_MODULES). Adding an event type = a .proto in protos/ plus a module whose FLOWS
-lists its FlowSpec (streaming/calls/flow.py is the model)."""
+lists its FlowSpec (streaming/calls/call_events.py is the model)."""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping, Sequence
 
+from tidelake.streaming.errors import ConfigError
 from tidelake.streaming.flow.spec import FlowSpec
-from tidelake.streaming.settings import ConfigError
 
-BUILTIN_FLOW_MODULES = ("tidelake.streaming.calls.flow",)
+BUILTIN_FLOW_MODULES = ("tidelake.streaming.calls.call_events",)
 
 
 def _module_flows(module_name: str) -> list[FlowSpec]:

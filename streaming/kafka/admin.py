@@ -21,9 +21,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewPartitions, NewTopic
 
-from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.errors import ConfigError, TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
-from tidelake.streaming.settings import ConfigError
 
 # librdkafka logs every failed connection attempt to stderr (about 20 lines a second against a
 # closed port). Route its logs into Python logging instead; silent unless the application
@@ -74,6 +73,8 @@ class TopicConfigError(KafkaAdminError):
 
 class TopicMissingError(KafkaAdminError):
     """A topic that must already exist does not."""
+
+    exit_code = 2
 
 
 def quiet_client_config(conf: Mapping[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,8 @@ LATEST = -1
 class KafkaSourceError(TidelakeError, RuntimeError):
     """The Kafka source cannot go on: a missing topic, lost data, an unreachable broker."""
 
+    exit_code = 2
+
 
 def to_json_offsets(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
     """Spark's Kafka offset layout {"topic": {"0": 42}}, keys in a fixed order.

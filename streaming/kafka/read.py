@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 
+from tidelake.streaming.errors import ConfigError
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.offsets import (
     KafkaSourceError,
@@ -22,7 +23,6 @@ from tidelake.streaming.kafka.offsets import (
     PartitionEnds,
     to_json_offsets,
 )
-from tidelake.streaming.settings import ConfigError
 
 _JAAS_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",

@@ -25,24 +25,19 @@ exactly the offsets the stream accepted for a date (backfill.plan_backfill).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from datetime import timedelta
-from pathlib import Path
 
-from google.protobuf import descriptor_pb2
-from google.protobuf.descriptor import FileDescriptor
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.classic.column import Column as ClassicColumn
 from pyspark.sql.classic.column import _to_java_column
 
-from tidelake.streaming.errors import SetupError
 from tidelake.streaming.flow.contract import WORDING, contract_error, reason_column
+from tidelake.streaming.flow.descriptor_set import descriptor_set
 from tidelake.streaming.flow.engine_columns import (
     ERROR_COLUMN,
     INGEST_TIME_COLUMN,
-    KAFKA_COLUMNS,
     KAFKA_OFFSET,
     KAFKA_PARTITION,
     KAFKA_POSITION,
@@ -52,16 +47,7 @@ from tidelake.streaming.flow.engine_columns import (
     RAW_VALUE_COLUMN,
 )
 from tidelake.streaming.flow.spec import EVENT_TIME_UNITS_PER_SECOND, FlowSpec
-from tidelake.streaming.flow.table_schema import table_schema
-
-QUARANTINE_SOURCE_COLUMNS = (
-    *KAFKA_COLUMNS,
-    INGEST_TIME_COLUMN,
-    ERROR_COLUMN,
-    RAW_KEY_COLUMN,
-    RAW_VALUE_COLUMN,
-)
-"""Columns of decoded rows that the quarantine table keeps (with the partition column)."""
+from tidelake.streaming.flow.table_schema import decoded_columns
 
 MAX_EPOCH_US = 7_258_118_400_000_000
 """2200-01-01: later event times are treated as corrupt."""
@@ -128,26 +114,6 @@ def decode_records(
         )
         .select(*decoded_columns(flow))
     )
-
-
-def decoded_columns(flow: FlowSpec) -> list[str]:
-    """Columns of decode_records' output, in order."""
-    return [
-        *table_columns(flow),
-        ERROR_COLUMN,
-        RAW_KEY_COLUMN,
-        RAW_VALUE_COLUMN,
-    ]
-
-
-def table_columns(flow: FlowSpec) -> list[str]:
-    """Columns of the flow's Delta table (table_schema.table_schema)."""
-    return list(table_schema(flow).names)
-
-
-def quarantine_columns(flow: FlowSpec) -> list[str]:
-    """Columns of decoded rows stored in the quarantine table (names without the leading _)."""
-    return [flow.partition_column, *QUARANTINE_SOURCE_COLUMNS]
 
 
 def protobuf_decode(value: Column, flow: FlowSpec) -> Column:
@@ -222,53 +188,3 @@ def _time_error(flow: FlowSpec) -> Column:
         )
         .when(kafka_ms > _closes_ms(event_us, flow), _too_late(event_us))
     )
-
-
-class DescriptorSetError(SetupError, RuntimeError):
-    """A flow's descriptor set is missing or disagrees with its generated code."""
-
-
-def descriptor_set(flow: FlowSpec) -> bytes:
-    """The FileDescriptorSet `make protos` wrote next to the flow's generated module.
-
-    The decoder reads the message from it and the table schema comes from the generated code,
-    so the two must describe the same fields: a stale file is refused here, not as a Spark
-    schema mismatch later.
-    """
-    file = flow.message.DESCRIPTOR.file
-    module = importlib.import_module(flow.message.__module__)
-    return load_descriptor_set(
-        Path(str(module.__file__)).with_name(f"{Path(file.name).stem}.binpb"), file
-    )
-
-
-def load_descriptor_set(path: Path, file: FileDescriptor) -> bytes:
-    """The descriptor set at path, refused unless it holds `file` as its generated code has it."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise DescriptorSetError(f"{path} is missing: run `make protos`") from None
-    generated = descriptor_pb2.FileDescriptorProto()
-    file.CopyToProto(generated)
-    built = [
-        f for f in descriptor_pb2.FileDescriptorSet.FromString(data).file if f.name == file.name
-    ]
-    if [_without_json_names(f) for f in built] != [generated]:
-        raise DescriptorSetError(
-            f"{path} does not match {file.name} as generated: run `make protos`"
-        )
-    return data
-
-
-def _without_json_names(
-    file: descriptor_pb2.FileDescriptorProto,
-) -> descriptor_pb2.FileDescriptorProto:
-    """protoc fills json_name in descriptor sets; generated code's descriptors leave it out."""
-    file = descriptor_pb2.FileDescriptorProto.FromString(file.SerializeToString())
-    messages = list(file.message_type)
-    while messages:
-        message = messages.pop()
-        for field in [*message.field, *message.extension]:
-            field.ClearField("json_name")
-        messages.extend(message.nested_type)
-    return file

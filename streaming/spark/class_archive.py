@@ -18,12 +18,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import pyspark
 
 from tidelake.streaming.settings import host_settings
 from tidelake.streaming.spark.jars import SPARK_FOLDER, JavaMissingError, jars_home, java_executable
+
+TRAINING_MODULE = "tidelake.streaming.stream.archive_workload"
+"""The training run, a module of the stream's code (what it exercises) run as a program."""
 
 
 def archive_path() -> Path:
@@ -67,7 +69,7 @@ def build_archive(timeout_s: float = 600) -> Path:
     with tempfile.TemporaryDirectory(prefix="tidelake-cds-") as tmp:
         partial = Path(tmp) / "classes.jsa"
         training = subprocess.run(
-            [sys.executable, "-m", __name__, str(partial), tmp],
+            [sys.executable, "-m", TRAINING_MODULE, str(partial), tmp],
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -92,73 +94,3 @@ def _prune(cache: Path, keep: int) -> None:
     archives = sorted(cache.glob("spark-classes-*.jsa"), key=lambda p: p.stat().st_mtime)
     for old in archives[:-keep]:
         old.unlink(missing_ok=True)
-
-
-def _train(archive: str, work: str) -> None:
-    """The training workload: what a stream does (decode, deduplicate, write data files, commit
-    with delta-rs, read Delta with delta-spark), on Spark's rate source instead of Kafka."""
-    from pyspark.sql import functions as F
-
-    from tidelake.protos.call_pb2 import CallEvent
-    from tidelake.streaming.calls.flow import CALL_EVENTS
-    from tidelake.streaming.delta.write import MicroBatchWriter, ensure_flow_tables
-    from tidelake.streaming.records.decode import decode_records
-    from tidelake.streaming.records.dedup import drop_repeats_in_stream
-    from tidelake.streaming.spark.session import build_spark_session
-
-    spark = build_spark_session(
-        conf={"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={archive} -Xlog:cds=off"},
-        use_class_archive=False,
-    )
-    event = CallEvent(
-        call_sid="CA" + "0" * 32,
-        account_sid="AC" + "0" * 32,
-        duration=1,
-        call_state=CallEvent.completed,
-        region=CallEvent.us1,
-        event_time=1_700_000_000_000,
-    ).SerializeToString()
-    records = (
-        spark.readStream.format("rate")
-        .option("rowsPerSecond", 1000)
-        .load()
-        .select(
-            F.lit(None).cast("binary").alias("key"),
-            F.lit(event).alias("value"),
-            F.lit("training").alias("topic"),
-            F.lit(0).alias("partition"),
-            F.col("value").alias("offset"),
-            F.lit("2023-11-14 22:13:20").cast("timestamp").alias("timestamp"),
-        )
-    )
-    table, quarantine, checkpoint = f"{work}/table", f"{work}/quarantine", f"{work}/checkpoint"
-    decoded = decode_records(records, CALL_EVENTS)
-    ensure_flow_tables(decoded, CALL_EVENTS, table, quarantine)
-    writer = MicroBatchWriter(CALL_EVENTS, table, quarantine, checkpoint)
-
-    def write(batch: Any, batch_id: int) -> None:
-        writer(batch, batch_id)
-        spark.read.format("delta").load(table).count()
-
-    query = (
-        drop_repeats_in_stream(decoded, CALL_EVENTS)
-        .writeStream.foreachBatch(write)
-        .option("checkpointLocation", checkpoint)
-        .trigger(once=True)
-        .start()
-    )
-    query.awaitTermination(300)
-    spark.range(1000).selectExpr("sum(id)").collect()
-    # The JVM writes the archive as it exits, which it does when our end of its stdin closes.
-    # Wait for that here, so the caller finds a complete file.
-    gateway = spark.sparkContext._gateway
-    assert gateway is not None
-    jvm = gateway.proc
-    spark.stop()
-    gateway.shutdown()
-    jvm.stdin.close()
-    jvm.wait(timeout=300)
-
-
-if __name__ == "__main__":
-    _train(sys.argv[1], sys.argv[2])

@@ -21,11 +21,11 @@ from deltalake.exceptions import TableNotFoundError
 
 from tidelake.streaming.delta.files import table_filesystem
 from tidelake.streaming.delta.write import app_id
-from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.errors import SetupError
 from tidelake.streaming.stream.status import committed_batch
 
 
-class StreamGuardError(TidelakeError, RuntimeError):
+class StreamGuardError(SetupError, RuntimeError):
     """The stream must not start on this checkpoint and table; the message says what to do."""
 
 

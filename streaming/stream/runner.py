@@ -1,8 +1,10 @@
 """Run one flow's stream as a process: until stopped, or until caught up (--available-now).
 
-SIGTERM and SIGINT stop the query gracefully: Spark abandons the batch in flight, whose
-offsets are in the checkpoint but not its commit log, so the restarted query replays exactly
-that batch and the idempotent Delta sink drops what was already committed.
+SIGTERM and SIGINT stop the query gracefully: the batch in flight commits first (up to
+flow_stream.BATCH_GRACE_S), then the query stops. A batch abandoned all the same (a second
+signal, or a stop past the grace) has its offsets in the checkpoint but not its commit log, so
+the restarted query replays exactly that batch and the idempotent Delta sink drops what was
+already committed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from types import FrameType
 
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
-from tidelake.streaming.stream.flow_stream import FlowStream, await_query
+from tidelake.streaming.stream.query import FlowStream, await_query
 
 log = logging.getLogger(__name__)
 

@@ -9,15 +9,12 @@ per-file statistics (no data file is read).
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
-import pyarrow as pa
 from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.offsets import PartitionEnds, from_json_offsets
@@ -127,52 +124,6 @@ def stream_lag(ends: Mapping[int, int], done: Mapping[int, int]) -> StreamLag:
     retention has deleted the start of a partition.
     """
     return StreamLag({p: max(0, end - done.get(p, 0)) for p, end in sorted(ends.items())})
-
-
-@dataclass(frozen=True)
-class TableProgress:
-    """What a flow's Delta table holds, from the log's statistics only."""
-
-    version: int
-    rows_by_date: dict[str, int] = field(default_factory=dict)
-    files_by_date: dict[str, int] = field(default_factory=dict)
-    bytes_by_date: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def rows(self) -> int:
-        return sum(self.rows_by_date.values())
-
-    @property
-    def files(self) -> int:
-        return sum(self.files_by_date.values())
-
-
-def table_progress(table_uri: str, flow: FlowSpec) -> TableProgress | None:
-    """Rows, files and bytes per date partition; None if the table does not exist."""
-    try:
-        table = DeltaTable(table_uri)
-    except TableNotFoundError:
-        return None
-    return snapshot_progress(table, flow.partition_column)
-
-
-def snapshot_progress(table: DeltaTable, partition_column: str) -> TableProgress:
-    """TableProgress of the snapshot `table` holds, from its add actions' statistics."""
-    actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
-    rows: dict[str, int] = defaultdict(int)
-    files: dict[str, int] = defaultdict(int)
-    sizes: dict[str, int] = defaultdict(int)
-    for day, count, size in zip(
-        actions.get(f"partition.{partition_column}", []),
-        actions.get("num_records", []),
-        actions.get("size_bytes", []),
-        strict=True,
-    ):
-        key = day.isoformat() if isinstance(day, date) else str(day)
-        rows[key] += int(count or 0)
-        files[key] += 1
-        sizes[key] += int(size)
-    return TableProgress(table.version(), dict(rows), dict(files), dict(sizes))
 
 
 def closed_dates(

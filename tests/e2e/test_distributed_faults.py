@@ -35,13 +35,13 @@ from lake_readers import read_delta
 from local_postgres import LocalPostgres, local_postgres, postgres_bin
 
 from tidelake.assets.stream.job import stream_job_name
-from tidelake.platform.calls.ingest_client import ServiceSender
+from tidelake.platform.calls.ingest_client import IngestServiceDelivery
 from tidelake.platform.dev.dagster_web import DagsterWeb, DagsterWebError, wait_for
 from tidelake.platform.local.kafka_broker import free_port
 from tidelake.platform.local.kafka_cluster import LocalKafkaCluster
 from tidelake.platform.local.spark_cluster import LocalSparkCluster
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.calls.demo_events import call_event
-from tidelake.streaming.calls.flow import CALL_EVENTS
 from tidelake.streaming.settings import EngineSettings
 
 pytestmark = [
@@ -65,7 +65,7 @@ class SteadySender:
     of when the service acknowledged them (it answers after Kafka's acks=all)."""
 
     def __init__(self, address: str, seed: int, rate: int = RATE, batch: int = 20) -> None:
-        self._sender = ServiceSender(address, batch_size=batch)
+        self._sender = IngestServiceDelivery(address, batch_size=batch)
         self._rng = random.Random(seed)
         self._interval_s = batch / rate
         self._batch = batch

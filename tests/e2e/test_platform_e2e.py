@@ -42,7 +42,7 @@ from tidelake.platform.dev.dagster_web import DagsterWeb, wait_for
 from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
 from tidelake.protos import service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent, CallSid
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic, topic_partition_count
 from tidelake.streaming.settings import EngineSettings
 

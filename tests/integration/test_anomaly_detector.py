@@ -18,11 +18,12 @@ from pyspark.sql import functions as F
 from tidelake.protos.anomaly_pb2 import CallAnomaly
 from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming.calls.anomaly.detector import AnomalyDetector
+from tidelake.streaming.calls.anomaly.incidents import Incident
 from tidelake.streaming.calls.anomaly.model import minute_windows, train_baselines
 from tidelake.streaming.calls.anomaly.store import ModelInfo, save_model
-from tidelake.streaming.calls.demo_events import ACCOUNTS, Incident, scenario_events
+from tidelake.streaming.calls.demo_events import ACCOUNTS, scenario_events
 from tidelake.streaming.kafka.admin import delete_topic
-from tidelake.streaming.stream.flow_stream import await_query
+from tidelake.streaming.stream.query import await_query
 
 RATE = 600  # calls per minute
 MINUTE_MS = 60_000

@@ -16,10 +16,10 @@ from tidelake.assets.calls.anomaly_model_asset import MODEL_KEY, SKIPPED
 from tidelake.assets.definitions import build_definitions
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.protos.call_pb2 import CallEvent
+from tidelake.streaming.calls.anomaly.incidents import Incident
 from tidelake.streaming.calls.anomaly.store import latest_model
 from tidelake.streaming.calls.anomaly.training import TrainingError, baseline_plot, train_model
-from tidelake.streaming.calls.demo_events import Incident
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.settings import EngineSettings
 
 HELD_OUT = "2026-11-18"

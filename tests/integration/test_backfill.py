@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Producer
 from kafka_topics import KEEP_FOREVER, set_retention
 from lake_readers import delta_version, duckdb_query, read_delta
-from live_stream import BackgroundProducer, run_available_now, running_stream, wait_for_rows
+from live_stream import BackgroundProducer, produce_and_stream, running_stream, wait_for_rows
 
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.streaming.batch.backfill import (
@@ -70,8 +70,10 @@ def test_kafka_time_index_bounds_unordered_timestamps(
 def test_backfill_rebuilds_what_the_stream_wrote_and_is_idempotent(
     spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
 ) -> None:
-    report = produce_demo_events(
+    run = produce_and_stream(
+        spark,
         flow,
+        engine_settings,
         kafka_conf,
         count=4000,
         days=3,
@@ -79,9 +81,8 @@ def test_backfill_rebuilds_what_the_stream_wrote_and_is_idempotent(
         malformed_share=0.05,
         duplicate_share=0.05,
         seed=11,
-        progress=False,
     )
-    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
+    report, stream = run.report, run.stream
     day = sorted(report.by_date)[-2]  # yesterday: closed, with late arrivals from today
     before = day_rows(stream.table_uri, day)
     assert before.num_rows == report.by_date[day]
@@ -108,8 +109,8 @@ def test_backfill_rebuilds_what_the_stream_wrote_and_is_idempotent(
 def test_a_range_is_one_commit(
     spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
 ) -> None:
-    report = produce_demo_events(flow, kafka_conf, count=1500, days=3, seed=12, progress=False)
-    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
+    run = produce_and_stream(spark, flow, engine_settings, kafka_conf, count=1500, days=3, seed=12)
+    report, stream = run.report, run.stream
     version = delta_version(stream.table_uri)
     days = sorted(report.by_date)
     result = run_backfill(

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tidelake.platform.cli import kafka_conf as cli_kafka_conf
 from tidelake.platform.cli import main
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.flow import registry as flows
+from tidelake.streaming.settings import kafka_client_config
 
 TIDELAKE = Path(sys.executable).with_name("tidelake")
 
@@ -31,11 +31,13 @@ def test_help_starts_well_under_a_second() -> None:
         assert command in result.stdout
 
 
-def test_kafka_conf_finds_the_local_broker(no_kafka_env: Path, kafka_conf: dict[str, Any]) -> None:
+def test_kafka_settings_find_the_local_broker(
+    no_kafka_env: Path, kafka_conf: dict[str, Any]
+) -> None:
     no_kafka_env.mkdir()
     state = {"bootstrap_servers": kafka_conf["bootstrap.servers"], "pid": os.getpid()}
     (no_kafka_env / "broker.json").write_text(json.dumps(state))
-    assert cli_kafka_conf()["bootstrap.servers"] == kafka_conf["bootstrap.servers"]
+    assert kafka_client_config()["bootstrap.servers"] == kafka_conf["bootstrap.servers"]
 
 
 def test_topics_create_then_produce(

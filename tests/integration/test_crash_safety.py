@@ -16,10 +16,11 @@ import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from lake_readers import delta_version, duckdb_query, read_delta
-from live_stream import run_available_now
+from live_stream import produce_and_stream, run_available_now
+from process_states import kill_tree
 
 from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +89,7 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
         proc = _start(env, log, "--max-offsets-per-trigger", "2000")
         _wait_for_commit_after(table, before, proc, log)
         time.sleep(rng.uniform(0.0, 1.5))  # land anywhere in the batch cycle
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)  # the driver and its JVM (in a session of its own) at once
         proc.wait(timeout=30)
         kills.append(_version(table))
     producer.join(timeout=120)
@@ -128,10 +129,16 @@ def test_a_crash_between_the_delta_commit_and_sparks_commit_log_replays_cleanly(
     """The window a random SIGKILL hits only sometimes, made certain: Delta holds the batch, the
     checkpoint does not know it. The replay must skip the write, still run the batch (its
     deduplication state), and neither fail nor duplicate."""
-    produce_demo_events(
-        flow, kafka_conf, count=300, malformed_share=0.0, late_share=0.0, seed=8, progress=False
-    )
-    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
+    stream = produce_and_stream(
+        spark,
+        flow,
+        engine_settings,
+        kafka_conf,
+        count=300,
+        malformed_share=0.0,
+        late_share=0.0,
+        seed=8,
+    ).stream
     version = delta_version(stream.table_uri)
     commits = Path(stream.checkpoint) / "commits"
     last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())

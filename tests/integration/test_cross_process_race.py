@@ -21,14 +21,14 @@ from lake_readers import read_delta
 from live_stream import BackgroundProducer
 
 from tidelake.platform.dev.produce import produce_demo_events
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 
 ROUNDS = 3
 
 BACKFILL = """
 import sys
 from tidelake.streaming.batch.backfill import backfill_dates
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.spark.session import build_spark_session
 from tidelake.streaming.settings import load_engine_settings
 conf = {"bootstrap.servers": sys.argv[1]}

@@ -12,7 +12,7 @@ from flows.page_view_pb2 import PageView
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from tidelake.protos.call_pb2 import CallEvent
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.delta.commit import same_column_type
 from tidelake.streaming.delta.write import good_rows
 from tidelake.streaming.flow.spec import FlowSpec

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lake_readers import duckdb_query, read_delta
-from live_stream import run_available_now
+from lake_readers import duckdb_query
+from live_stream import produce_and_stream, run_available_now
 
 from tidelake.assets.quality.expectations import validate_partition
 from tidelake.platform.dev.produce import produce_demo_events
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.flow.spec import FlowSpecError
 from tidelake.streaming.records.dedup import rows_dropped_by_watermark
 from tidelake.streaming.stream.checkpoint_upgrade import START_OFFSETS_FILE, lacks_state
@@ -48,23 +48,24 @@ def test_progress_counts_rows_dropped_by_the_watermark() -> None:
 def test_producer_retries_do_not_reach_the_table(
     spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
 ) -> None:
-    report = produce_demo_events(
+    # small batches, so that many retries land in a later batch than their original
+    settings = engine_settings.model_copy(update={"max_offsets_per_trigger": 400})
+    run = produce_and_stream(
+        spark,
         flow,
+        settings,
         kafka_conf,
         count=3000,
         days=2,
         duplicate_share=0.1,
         malformed_share=0.03,
         seed=5,
-        progress=False,
     )
+    report, stream = run.report, run.stream
     assert report.duplicates > 200 and report.malformed > 0
-    # small batches, so that many retries land in a later batch than their original
-    settings = engine_settings.model_copy(update={"max_offsets_per_trigger": 400})
-    stream = run_available_now(spark, flow, settings, kafka_conf)
 
     assert counts(stream.table_uri) == (report.good, report.good)
-    assert read_delta(stream.quarantine_uri).num_rows == report.malformed
+    assert run.quarantine.num_rows == report.malformed
     assert uniqueness_failures(stream.table_uri, flow, sorted(report.by_date)) == {}
 
 
@@ -80,24 +81,25 @@ def test_records_far_behind_the_newest_arrival_are_kept(
     settings = engine_settings.model_copy(update={"max_offsets_per_trigger": 100})
     stream = run_available_now(spark, flow, settings, kafka_conf)
     # now the watermark is past yesterday: a replay of two days of history arrives behind it
-    history = produce_demo_events(
+    replay = produce_and_stream(
+        spark,
         flow,
+        settings,
         kafka_conf,
         count=1500,
         days=2,
         malformed_share=0,
         duplicate_share=0.05,
         seed=10,
-        progress=False,
     )
-    run_available_now(spark, flow, settings, kafka_conf)
+    history = replay.report
 
     # the replay stands behind the live records in every partition: its dates that had closed
     # before the live records were stamped are too late (the arrival rule); the open ones land
     open_days = {d for d in history.by_date if _closes_ms(flow, d) > live_stamped_by_ms}
     landed = sum(n for d, n in history.by_date.items() if d in open_days)
     assert counts(stream.table_uri) == (live.good + landed,) * 2
-    errors = read_delta(stream.quarantine_uri).column("error").to_pylist()
+    errors = replay.quarantine.column("error").to_pylist()
     assert all(e.startswith("too late") for e in errors)
     assert len(errors) >= history.good - landed
 
@@ -111,16 +113,17 @@ def test_without_a_dedup_key_the_uniqueness_check_catches_the_retries(
     spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
 ) -> None:
     flow = dataclasses.replace(flow, dedup_key=None)
-    report = produce_demo_events(
+    run = produce_and_stream(
+        spark,
         flow,
+        engine_settings,
         kafka_conf,
         count=1000,
         duplicate_share=0.05,
         malformed_share=0,
         seed=6,
-        progress=False,
     )
-    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
+    report, stream = run.report, run.stream
 
     assert counts(stream.table_uri) == (report.good + report.duplicates, report.good)
     # near midnight the events span two dates; a retry lands on its original's date
@@ -138,17 +141,16 @@ def test_a_checkpoint_without_dedup_state_moves_to_a_new_one_without_loss(
         spark, dataclasses.replace(flow, dedup_key=None), engine_settings, kafka_conf
     )
     assert lacks_state(stream.checkpoint)
-    second = produce_demo_events(
+    second = produce_and_stream(
+        spark,
         flow,
+        engine_settings,
         kafka_conf,
         count=600,
         malformed_share=0,
         duplicate_share=0.1,
         seed=8,
-        progress=False,
-    )
-
-    run_available_now(spark, flow, engine_settings, kafka_conf)
+    ).report
 
     assert counts(stream.table_uri) == (first.good + second.good,) * 2
     checkpoint = Path(stream.checkpoint)

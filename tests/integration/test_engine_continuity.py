@@ -20,7 +20,7 @@ from kafka_topics import KEEP_FOREVER, set_retention
 from lake_readers import delta_version, read_delta
 from live_stream import run_available_now
 
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic
 from tidelake.streaming.settings import EngineSettings
 

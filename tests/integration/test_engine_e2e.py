@@ -13,12 +13,12 @@ import pytest
 from flows import PAGE_VIEWS
 from kafka_topics import read_records
 from lake_readers import delta_version, duckdb_query, poison_kind, read_delta
-from live_stream import cli_available_now, run_available_now
+from live_stream import cli_available_now, produce_and_stream, run_available_now
 
 from tidelake.platform.dev.produce import produce_demo_events
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import TopicMissingError, ensure_topic
-from tidelake.streaming.stream.flow_stream import FlowStream
+from tidelake.streaming.stream.query import FlowStream
 
 
 def test_call_events_exactly_once_with_quarantine_and_checkpoint_resume(
@@ -26,22 +26,21 @@ def test_call_events_exactly_once_with_quarantine_and_checkpoint_resume(
 ):
     flow = dataclasses.replace(CALL_EVENTS, topic=topic_name)
     ensure_topic(kafka_conf, topic_name, flow.topic_partitions)
-    first = produce_demo_events(
+    run = produce_and_stream(
+        spark,
         flow,
+        engine_settings,
         kafka_conf,
         count=3000,
         malformed_share=0.05,
         late_share=0.1,
         days=3,
         seed=7,
-        progress=False,
         collect_keys=True,
     )
+    first, stream, table = run.report, run.stream, run.table
     assert len(first.by_date) >= 3 and first.malformed > 50 and first.late > 100
 
-    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
-
-    table = read_delta(stream.table_uri)
     keys = table.column("call_sid").to_pylist()
     assert len(keys) == first.good == len(set(keys))
     assert set(keys) == set(first.keys)
@@ -62,7 +61,7 @@ def test_call_events_exactly_once_with_quarantine_and_checkpoint_resume(
     )
     assert len(offsets) == first.good
 
-    quarantine = read_delta(stream.quarantine_uri)
+    quarantine = run.quarantine
     assert quarantine.num_rows == first.malformed
     errors = Counter(poison_kind(e) for e in quarantine.column("error").to_pylist())
     assert dict(errors) == first.malformed_kinds
@@ -83,21 +82,21 @@ def test_call_events_exactly_once_with_quarantine_and_checkpoint_resume(
     assert (delta_version(stream.table_uri), delta_version(stream.quarantine_uri)) == versions
 
     # new data is picked up from the checkpoint, old data is not read again
-    second = produce_demo_events(
+    run = produce_and_stream(
+        spark,
         flow,
+        engine_settings,
         kafka_conf,
         count=500,
         malformed_share=0.02,
         seed=8,
-        progress=False,
         collect_keys=True,
     )
-    run_available_now(spark, flow, engine_settings, kafka_conf)
-    table = read_delta(stream.table_uri)
-    keys = table.column("call_sid").to_pylist()
+    second = run.report
+    keys = run.table.column("call_sid").to_pylist()
     assert len(keys) == first.good + second.good == len(set(keys))
     assert set(keys) == set(first.keys) | set(second.keys)
-    assert read_delta(stream.quarantine_uri).num_rows == first.malformed + second.malformed
+    assert run.quarantine.num_rows == first.malformed + second.malformed
 
 
 def test_a_second_declared_flow_runs_without_engine_changes(
@@ -105,26 +104,25 @@ def test_a_second_declared_flow_runs_without_engine_changes(
 ):
     flow = dataclasses.replace(PAGE_VIEWS, topic=topic_name)
     ensure_topic(kafka_conf, topic_name, flow.topic_partitions)
-    report = produce_demo_events(
+    run = produce_and_stream(
+        spark,
         flow,
+        engine_settings,
         kafka_conf,
         count=400,
         malformed_share=0.05,
         days=2,
         seed=3,
-        progress=False,
         collect_keys=True,
     )
-    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
-
-    table = read_delta(stream.table_uri)
+    report, table = run.report, run.table
     assert table.schema.field("viewed_at_s").type.unit == "us"
     assert str(table.schema.field("load_ms").type) == "double"
     assert str(table.schema.field("bounced").type) == "bool"
     assert set(table.column("device").to_pylist()) == {"DESKTOP", "MOBILE"}
     assert sorted(table.column("view_id").to_pylist()) == sorted(report.keys)
     assert Counter(d.isoformat() for d in table.column("date").to_pylist()) == report.by_date
-    assert read_delta(stream.quarantine_uri).num_rows == report.malformed
+    assert run.quarantine.num_rows == report.malformed
     first = table.column("viewed_at_s")[0].as_py()
     assert first.tzinfo is not None and first.microsecond == 0  # epoch seconds, exactly
 

@@ -28,7 +28,7 @@ from flows.page_view_changes_pb2 import (
 )
 from kafka_topics import read_records
 from lake_readers import duckdb_query, read_delta
-from live_stream import run_available_now, running_stream, wait_for_rows
+from live_stream import produce_and_stream, run_available_now, running_stream, wait_for_rows
 
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.streaming.batch.backfill import BackfillError, backfill_dates
@@ -39,7 +39,7 @@ from tidelake.streaming.delta.evolution import (
     evolve_table,
 )
 from tidelake.streaming.kafka.admin import add_partitions, ensure_topic
-from tidelake.streaming.stream.flow_stream import FlowStream
+from tidelake.streaming.stream.query import FlowStream
 from tidelake.streaming.stream.status import committed_batch, kafka_ends, stream_lag
 
 
@@ -67,25 +67,20 @@ def v1(kafka_conf, topic_name):
     return flow
 
 
+CLEAN = {"malformed_share": 0, "late_share": 0, "collect_keys": True}
+"""Demo events that all land (no poison, none late), their keys collected."""
+
+
 def produce(flow, kafka_conf, count, seed):
-    return produce_demo_events(
-        flow,
-        kafka_conf,
-        count=count,
-        malformed_share=0,
-        late_share=0,
-        seed=seed,
-        progress=False,
-        collect_keys=True,
-    )
+    return produce_demo_events(flow, kafka_conf, count=count, seed=seed, progress=False, **CLEAN)
 
 
 def test_a_new_field_becomes_a_nullable_column_in_one_commit_without_a_reset(
     spark, kafka_conf, v1, engine_settings
 ):
     v1 = dataclasses.replace(v1, dedup_key="view_id")  # the dedup state survives the switch
-    first = produce(v1, kafka_conf, 300, seed=1)
-    stream = run_available_now(spark, v1, engine_settings, kafka_conf)
+    run = produce_and_stream(spark, v1, engine_settings, kafka_conf, count=300, seed=1, **CLEAN)
+    first, stream = run.report, run.stream
     version_before = DeltaTable(stream.table_uri).version()
 
     v2 = dataclasses.replace(v1, message=PageViewWithCountry, demo_event=with_country)
@@ -138,15 +133,14 @@ def test_a_new_field_becomes_a_nullable_column_in_one_commit_without_a_reset(
 def test_widening_an_int32_field_rewrites_the_column_and_loses_nothing(
     spark, kafka_conf, v1, engine_settings
 ):
-    first = produce(v1, kafka_conf, 200, seed=4)
-    stream = run_available_now(spark, v1, engine_settings, kafka_conf)
-    before = {r["view_id"]: r["scroll_percent"] for r in read_delta(stream.table_uri).to_pylist()}
+    run = produce_and_stream(spark, v1, engine_settings, kafka_conf, count=200, seed=4, **CLEAN)
+    first, stream = run.report, run.stream
+    before = {r["view_id"]: r["scroll_percent"] for r in run.table.to_pylist()}
 
     v2 = dataclasses.replace(v1, message=PageViewWidened, demo_event=widened)
-    second = produce(v2, kafka_conf, 100, seed=5)
-    run_available_now(spark, v2, engine_settings, kafka_conf)
+    run = produce_and_stream(spark, v2, engine_settings, kafka_conf, count=100, seed=5, **CLEAN)
+    second, table = run.report, run.table
 
-    table = read_delta(stream.table_uri)
     assert str(table.schema.field("scroll_percent").type) == "int64"
     values = {r["view_id"]: r["scroll_percent"] for r in table.to_pylist()}
     assert len(values) == table.num_rows == 300

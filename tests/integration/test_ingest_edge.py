@@ -31,8 +31,12 @@ from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kafka_topics import topic_records
 
+from tidelake.platform.calls.ingest_launcher import (
+    IngestServer,
+    IngestSettings,
+    start_ingest_server,
+)
 from tidelake.platform.calls.ingest_listen import ListenError, ServiceSecurity, check_security
-from tidelake.platform.calls.ingest_service import IngestServer, IngestSettings, start_ingest_server
 from tidelake.protos import service_pb2, service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent, CallSid
 

@@ -18,20 +18,19 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 from grpc_status import rpc_status
 from kafka_topics import topic_records
 from lake_readers import duckdb_query
-from live_stream import run_available_now
+from live_stream import produce_and_stream, run_available_now
 from process_states import paused
 from test_decode import decode
 
-from tidelake.platform.calls.ingest_service import (
+from tidelake.platform.calls.ingest_launcher import (
     SERVICE_NAME,
     IngestServer,
     IngestSettings,
     start_ingest_server,
 )
-from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.protos import service_pb2, service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent, CallSid
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 
 HOUR_MS = 3_600_000
 SETTINGS = IngestSettings(port=0, ack_timeout_s=3.0, health_interval_s=0.5, shutdown_grace_s=5)
@@ -281,16 +280,18 @@ def test_the_demo_producer_can_send_through_the_service(
     engine_settings: Any,
     server: IngestServer,
 ) -> None:
-    report = produce_demo_events(
+    run = produce_and_stream(
+        spark,
         flow,
+        engine_settings,
         kafka_conf,
         count=400,
         malformed_share=0.05,
         duplicate_share=0.05,
         seed=3,
-        progress=False,
         via_service=f"127.0.0.1:{server.port}",
     )
+    report, stream = run.report, run.stream
     assert report.malformed > 0 and report.duplicates > 0
     assert set(report.malformed_kinds) <= {
         "missing_call_sid",
@@ -300,7 +301,6 @@ def test_the_demo_producer_can_send_through_the_service(
         "missing_region",
         "too_late",
     }
-    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
     assert duckdb_query(
         f"select count(*), count(distinct call_sid) from delta_scan('{stream.table_uri}')"
     ) == [(report.good, report.good)]

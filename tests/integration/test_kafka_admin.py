@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.errors import ConfigError
 from tidelake.streaming.kafka.admin import (
     TopicConfigError,
     TopicMissingError,
@@ -20,7 +21,6 @@ from tidelake.streaming.kafka.admin import (
     require_topic,
     topic_partition_count,
 )
-from tidelake.streaming.settings import ConfigError
 
 
 def _partitions(conf: dict[str, Any], topic: str) -> int | None:

@@ -21,9 +21,9 @@ from live_stream import run_available_now
 
 from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming.batch.backfill import plan_backfill, run_backfill
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import quiet_client_config
-from tidelake.streaming.stream.flow_stream import StreamFailedError
+from tidelake.streaming.stream.query import StreamFailedError
 
 _HOUR_MS = 3_600_000
 _DAY_MS = 24 * _HOUR_MS

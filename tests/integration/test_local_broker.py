@@ -18,8 +18,9 @@ from confluent_kafka.admin import AdminClient
 from process_states import gone
 
 from tidelake.platform.local import kafka_broker as local_broker
-from tidelake.platform.local.kafka_broker import BrokerError, LocalKafkaBroker, running_broker
+from tidelake.platform.local.kafka_broker import BrokerError, LocalKafkaBroker
 from tidelake.streaming.kafka.admin import ensure_topic, quiet_client_config
+from tidelake.streaming.kafka.broker_state import running_broker
 from tidelake.streaming.stream.status import kafka_ends
 
 TIDELAKE = Path(sys.executable).with_name("tidelake")

@@ -12,12 +12,11 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 from lake_readers import read_delta
-from live_stream import run_available_now
+from live_stream import produce_and_stream
 
 from tidelake.assets.definitions import build_definitions
-from tidelake.assets.flow.keys import compaction_key, table_key
-from tidelake.platform.dev.produce import produce_demo_events
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.assets.tables.keys import compaction_key, table_key
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import ensure_topic, quiet_client_config
 from tidelake.streaming.kafka.offsets import PartitionEnds
 
@@ -33,9 +32,9 @@ def setup(
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_conf["bootstrap.servers"])
     flow = dataclasses.replace(CALL_EVENTS, topic=topic_name)
     ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
-    report = produce_demo_events(flow, kafka_conf, count=2000, days=3, seed=31, progress=False)
     settings = engine_settings.model_copy(update={"max_offsets_per_trigger": 300})
-    stream = run_available_now(spark, flow, settings, kafka_conf)
+    run = produce_and_stream(spark, flow, settings, kafka_conf, count=2000, days=3, seed=31)
+    report, stream = run.report, run.stream
     # the definitions' own resources: Kafka from the environment, Spark's session of this run
     defs = build_definitions({flow.name: flow}, settings)
     return flow, report, stream, defs

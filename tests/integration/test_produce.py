@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from google.protobuf.message import DecodeError
 
 from tidelake.platform.dev.produce import TOO_LATE, UNDECODABLE, ProduceReport, produce_demo_events
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.admin import (
     TopicMissingError,

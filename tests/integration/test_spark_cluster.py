@@ -25,7 +25,7 @@ pytestmark = pytest.mark.cluster
 STREAM_THEN_BACKFILL = """
 import dataclasses, sys
 from tidelake.streaming.batch.backfill import backfill_dates
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.stream.runner import run_flow_stream
 from tidelake.streaming.spark.session import build_spark_session
 from tidelake.streaming.settings import kafka_client_config, load_engine_settings
@@ -113,7 +113,7 @@ def test_the_stream_and_a_backfill_run_on_executors_of_the_cluster(
 TRAIN = """
 import sys
 from tidelake.streaming.calls.anomaly.training import train_model
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.spark.session import build_spark_session
 from tidelake.streaming.settings import load_engine_settings
 

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 from lake_readers import read_delta
-from live_stream import cli_available_now, run_available_now
+from live_stream import cli_available_now, produce_and_stream, run_available_now
 
 from tidelake.platform.dev.produce import produce_demo_events
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import ensure_topic
-from tidelake.streaming.stream.flow_stream import FlowStream
 from tidelake.streaming.stream.guard import StreamGuardError
+from tidelake.streaming.stream.query import FlowStream
 
 
 def _flow(topic: str) -> Any:
@@ -29,13 +29,13 @@ def test_an_older_table_copy_under_a_newer_checkpoint_is_refused_then_replayed(
 ) -> None:
     flow = _flow(topic_name)
     ensure_topic(kafka_conf, topic_name, flow.topic_partitions)
-    first = produce_demo_events(flow, kafka_conf, count=400, seed=51, progress=False)
-    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
+    run = produce_and_stream(spark, flow, engine_settings, kafka_conf, count=400, seed=51)
+    first, stream = run.report, run.stream
     copy = Path(stream.table_uri).with_name("table-copy")
     shutil.copytree(stream.table_uri, copy)
-    second = produce_demo_events(flow, kafka_conf, count=300, seed=52, progress=False)
-    run_available_now(spark, flow, engine_settings, kafka_conf)
-    assert read_delta(stream.table_uri).num_rows == first.good + second.good
+    run = produce_and_stream(spark, flow, engine_settings, kafka_conf, count=300, seed=52)
+    second = run.report
+    assert run.table.num_rows == first.good + second.good
 
     shutil.rmtree(stream.table_uri)  # "restore" the older copy
     shutil.copytree(copy, stream.table_uri)
@@ -59,8 +59,9 @@ def test_a_deleted_data_file_is_refused_with_its_dates(
 ) -> None:
     flow = _flow(topic_name)
     ensure_topic(kafka_conf, topic_name, flow.topic_partitions)
-    produce_demo_events(flow, kafka_conf, count=200, days=2, seed=53, progress=False)
-    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
+    stream = produce_and_stream(
+        spark, flow, engine_settings, kafka_conf, count=200, days=2, seed=53
+    ).stream
     victim = next(Path(stream.table_uri).glob("date=*/*.parquet"))
     victim.unlink()
     with pytest.raises(StreamGuardError) as refused:

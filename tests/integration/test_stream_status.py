@@ -8,14 +8,10 @@ from typing import Any
 from live_stream import run_available_now
 
 from tidelake.platform.dev.produce import produce_demo_events
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.delta.progress import table_progress
 from tidelake.streaming.kafka.admin import ensure_topic
-from tidelake.streaming.stream.status import (
-    committed_batch,
-    kafka_ends,
-    stream_lag,
-    table_progress,
-)
+from tidelake.streaming.stream.status import committed_batch, kafka_ends, stream_lag
 
 
 def test_status_of_a_real_stream(

@@ -25,13 +25,13 @@ from live_stream import run_available_now
 from local_postgres import LocalPostgres, local_postgres, postgres_bin
 
 from tidelake.assets.definitions import build_definitions
-from tidelake.assets.flow.specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
 from tidelake.assets.resources import KafkaResource
 from tidelake.assets.stream import always_on
 from tidelake.assets.stream.always_on import STREAM_TAG
-from tidelake.assets.stream.supervisor import SupervisorPolicy
+from tidelake.assets.stream.supervisor_decision import SupervisorPolicy
+from tidelake.assets.tables.asset_specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.calls.demo_events import call_event
-from tidelake.streaming.calls.flow import CALL_EVENTS
 from tidelake.streaming.kafka.admin import ensure_topic, quiet_client_config
 
 POLICY = SupervisorPolicy(backoff_base_s=30, backoff_cap_s=600, healthy_after_s=300)

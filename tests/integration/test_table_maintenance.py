@@ -13,9 +13,8 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 from lake_readers import duckdb_query, read_delta
-from live_stream import BackgroundProducer, run_available_now, running_stream, wait_for_rows
+from live_stream import BackgroundProducer, produce_and_stream, running_stream, wait_for_rows
 
-from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.streaming.delta.maintenance import compact_partition, vacuum_table
 
 
@@ -32,10 +31,10 @@ def sorted_rows(uri: str) -> Any:
 def test_compaction_shrinks_file_count_and_keeps_content(
     spark: Any, kafka_conf: dict[str, Any], flow: Any, small_batches: Any
 ) -> None:
-    report = produce_demo_events(
-        flow, kafka_conf, count=1500, late_share=0, seed=21, progress=False
+    run = produce_and_stream(
+        spark, flow, small_batches, kafka_conf, count=1500, late_share=0, seed=21
     )
-    stream = run_available_now(spark, flow, small_batches, kafka_conf)
+    report, stream = run.report, run.stream
     (day,) = report.by_date
     before = sorted_rows(stream.table_uri)
     result = compact_partition(stream.table_uri, "date", day)
@@ -71,10 +70,10 @@ def test_compaction_racing_stream_appends_keeps_exact_counts(
 def test_forced_concurrent_compactions_never_duplicate(
     spark: Any, kafka_conf: dict[str, Any], flow: Any, small_batches: Any
 ) -> None:
-    report = produce_demo_events(
-        flow, kafka_conf, count=1200, late_share=0, seed=23, progress=False
+    run = produce_and_stream(
+        spark, flow, small_batches, kafka_conf, count=1200, late_share=0, seed=23
     )
-    stream = run_available_now(spark, flow, small_batches, kafka_conf)
+    report, stream = run.report, run.stream
     (day,) = report.by_date
     with ThreadPoolExecutor(2) as pool:
         outcomes = list(
@@ -97,8 +96,10 @@ def _try(fn: Any) -> Any:
 def test_vacuum_removes_orphans_and_compacted_away_files_only_past_retention(
     spark: Any, kafka_conf: dict[str, Any], flow: Any, small_batches: Any
 ) -> None:
-    report = produce_demo_events(flow, kafka_conf, count=600, late_share=0, seed=24, progress=False)
-    stream = run_available_now(spark, flow, small_batches, kafka_conf)
+    run = produce_and_stream(
+        spark, flow, small_batches, kafka_conf, count=600, late_share=0, seed=24
+    )
+    report, stream = run.report, run.stream
     (day,) = report.by_date
     orphan = Path(stream.table_uri, f"date={day}", "part-orphan-of-a-failed-batch.parquet")
     orphan.write_bytes(b"PAR1 not committed")

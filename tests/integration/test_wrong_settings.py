@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.settings import EngineSettings
-from tidelake.streaming.stream.flow_stream import FlowStream
+from tidelake.streaming.stream.query import FlowStream
 
 TIDELAKE = Path(sys.executable).with_name("tidelake")
 STREAM = ["stream", "call_events", "--available-now"]

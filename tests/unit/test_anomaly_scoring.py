@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from tidelake.streaming.calls.anomaly.incidents import Incident
 from tidelake.streaming.calls.anomaly.model import (
     ALL_HOURS,
     IncidentTruth,
@@ -14,7 +15,7 @@ from tidelake.streaming.calls.anomaly.model import (
     score_windows,
     with_silent_keys,
 )
-from tidelake.streaming.calls.demo_events import ACCOUNTS, Incident, incident_schedule
+from tidelake.streaming.calls.demo_events import ACCOUNTS, incident_schedule
 
 
 def window(key: tuple[str, str], minute: int, calls: int, failed: int = 0, shift: float = 0.0):

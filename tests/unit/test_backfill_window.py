@@ -8,7 +8,7 @@ from tidelake.streaming.batch.backfill import (
     date_window,
     retention_problem,
 )
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 
 
 def test_window_spans_skew_before_and_lateness_after() -> None:

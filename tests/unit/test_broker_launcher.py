@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from process_states import gone
 
-from tidelake.platform.local.kafka_broker import BrokerError, LocalKafkaBroker, running_broker
+from tidelake.platform.local.kafka_broker import BrokerError, LocalKafkaBroker
+from tidelake.streaming.errors import ConfigError
+from tidelake.streaming.kafka.broker_state import running_broker
 
 
 def _fake_java(tmp_path: Path, body: str) -> str:
@@ -69,5 +71,5 @@ def test_running_broker_reads_state_file(tmp_path: Path) -> None:
     state_file.write_text(json.dumps({"bootstrap_servers": "127.0.0.1:1", "pid": dead.pid}))
     assert running_broker(state_file) is None
     state_file.write_text("{not json")
-    with pytest.raises(BrokerError, match="unreadable"):
+    with pytest.raises(ConfigError, match="unreadable"):
         running_broker(state_file)

@@ -12,10 +12,15 @@ import yaml
 from flows import PAGE_VIEWS
 
 from tidelake.assets.definitions import build_definitions, defs
-from tidelake.assets.flow.specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
 from tidelake.assets.quality.partition_checks import EXPECTATIONS, QUARANTINE_SHARE, VOLUME
 from tidelake.assets.stream.always_on import STREAM_TAG
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.assets.tables.asset_specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
+from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.flow.engine_columns import (
+    ENGINE_COLUMN_DESCRIPTIONS,
+    ENGINE_COLUMNS,
+    PARTITION_COLUMN_DESCRIPTION,
+)
 from tidelake.streaming.flow.registry import FLOWS
 from tidelake.streaming.settings import EngineSettings
 
@@ -66,6 +71,23 @@ def test_every_flow_gets_assets_job_sensor_and_checks(
     sensor = two_flows.resolve_sensor_def(f"{flow.name}_stream_supervisor")
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
     assert sensor.job_name == job.name
+
+
+def test_the_column_list_has_the_protos_words_and_a_description_of_every_engine_column(
+    two_flows: dg.Definitions,
+) -> None:
+    node = two_flows.resolve_asset_graph().get(dg.AssetKey(["lake", CALL_EVENTS.name]))
+    columns = {c.name: c.description for c in node.metadata["dagster/column_schema"].columns}
+    assert columns["duration"] == "seconds"  # protos/call.proto: `uint32 duration = 3;  // seconds`
+    assert columns["event_time"] == "epoch milliseconds, UTC"
+    assert columns["call_sid"] is None  # no comment in the .proto: no description
+    shown = [c for c in ENGINE_COLUMNS if not c.startswith("_")]
+    assert shown and {c: columns[c] for c in shown} == {
+        c: ENGINE_COLUMN_DESCRIPTIONS[c] for c in shown
+    }
+    assert columns[CALL_EVENTS.partition_column] == PARTITION_COLUMN_DESCRIPTION
+    assert set(ENGINE_COLUMN_DESCRIPTIONS) == set(ENGINE_COLUMNS)
+    assert all(ENGINE_COLUMN_DESCRIPTIONS.values())
 
 
 def test_spark_comes_from_one_lazy_dagster_pyspark_resource() -> None:

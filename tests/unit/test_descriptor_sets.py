@@ -3,15 +3,18 @@
 from pathlib import Path
 
 import pytest
+from flows.order_pb2 import Order
 from google.protobuf import descriptor_pb2
 
 from tidelake.protos.call_pb2 import CallEvent
-from tidelake.streaming.flow.registry import FLOWS
-from tidelake.streaming.records.decode import (
+from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.flow.descriptor_set import (
     DescriptorSetError,
     descriptor_set,
+    field_comments,
     load_descriptor_set,
 )
+from tidelake.streaming.flow.registry import FLOWS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,3 +41,21 @@ def test_a_stale_descriptor_set_is_refused_naming_the_fix(tmp_path: Path) -> Non
 def test_a_missing_descriptor_set_is_refused_naming_the_fix(tmp_path: Path) -> None:
     with pytest.raises(DescriptorSetError, match=r"call.binpb is missing: run `make protos`"):
         load_descriptor_set(tmp_path / "call.binpb", CallEvent.DESCRIPTOR.file)
+
+
+def test_descriptor_sets_keep_the_protos_comments_which_generated_code_lacks() -> None:
+    data = descriptor_set(CALL_EVENTS)  # the check against the generated code ignores them
+    (file,) = [
+        f
+        for f in descriptor_pb2.FileDescriptorSet.FromString(data).file
+        if f.name.endswith("call.proto")
+    ]
+    assert file.source_code_info.location
+    assert field_comments(CallEvent) == {
+        "duration": "seconds",
+        "event_time": "epoch milliseconds, UTC",
+    }
+    assert field_comments(Order)["order_id"] == (  # the comment above it, and the one after it
+        "the shop's id of the order, unique across shops\nthe flow's key"
+    )
+    assert field_comments(Order.Line) == {"options": "packed inside a nested message"}

@@ -16,7 +16,7 @@ from google.protobuf.descriptor_pb2 import FieldDescriptorProto as F
 from google.protobuf.message import Message
 
 from tidelake.protos.call_pb2 import CallEvent
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.flow.registry import FLOWS, get_flow
 from tidelake.streaming.flow.spec import FieldCheck, FlowSpec, FlowSpecError
 from tidelake.streaming.flow.table_schema import table_schema
@@ -252,8 +252,9 @@ def test_get_flow_error_lists_the_declared_flows():
 
 
 def test_flow_modules_add_a_deployments_own_flows(tmp_path, monkeypatch):
+    from tidelake.streaming.errors import ConfigError
     from tidelake.streaming.flow.registry import declared_flows
-    from tidelake.streaming.settings import ConfigError, EngineSettings
+    from tidelake.streaming.settings import EngineSettings
 
     (tmp_path / "team_flows.py").write_text(
         "import dataclasses\nfrom flows import PAGE_VIEWS\n"
@@ -261,7 +262,7 @@ def test_flow_modules_add_a_deployments_own_flows(tmp_path, monkeypatch):
     )
     (tmp_path / "no_flows.py").write_text("x = 1\n")
     (tmp_path / "same_name.py").write_text(
-        "from tidelake.streaming.calls.flow import CALL_EVENTS\nFLOWS = [CALL_EVENTS]\n"
+        "from tidelake.streaming.calls.call_events import CALL_EVENTS\nFLOWS = [CALL_EVENTS]\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("TIDELAKE_FLOW_MODULES", " team_flows , ")

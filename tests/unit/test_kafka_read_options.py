@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tidelake.streaming.errors import ConfigError
 from tidelake.streaming.kafka.read import java_client_options
-from tidelake.streaming.settings import ConfigError
 
 
 def test_sasl_and_tls_settings_become_the_java_clients() -> None:

@@ -15,7 +15,7 @@ from flows import PAGE_VIEWS
 from flows.page_view_changes_pb2 import PageViewWithCountry
 
 from tidelake.assets.quality.expectations import validate_partition
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.delta.evolution import evolve_table
 from tidelake.streaming.flow.contract import contract_expectations
 from tidelake.streaming.flow.table_schema import table_schema

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tidelake.platform.dev.produce import produce_demo_events
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import (
     KafkaUnreachableError,
 )

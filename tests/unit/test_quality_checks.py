@@ -13,14 +13,14 @@ from deltalake import write_deltalake
 from test_partition_expectations import SCHEMA, clean_rows
 
 from tidelake.assets.definitions import build_definitions
-from tidelake.assets.flow.keys import compaction_key, daily_partitions, table_key
 from tidelake.assets.quality.partition_checks import (
     EXPECTATIONS,
     QUARANTINE_SHARE,
     VOLUME,
     volume_verdict,
 )
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.assets.tables.keys import compaction_key, daily_partitions, table_key
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.settings import EngineSettings
 
 KEY = table_key(CALL_EVENTS)

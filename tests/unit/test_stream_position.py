@@ -9,14 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.delta.progress import table_progress
 from tidelake.streaming.kafka.offsets import KafkaSourceError
-from tidelake.streaming.stream.status import (
-    committed_batch,
-    kafka_ends,
-    stream_lag,
-    table_progress,
-)
+from tidelake.streaming.stream.status import committed_batch, kafka_ends, stream_lag
 
 
 def _write_batch(root: Path, batch: int, offsets: str, committed: bool) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidelake.assets.stream.supervisor import RunState, RunView, SupervisorPolicy, decide
+from tidelake.assets.stream.supervisor_decision import RunState, RunView, SupervisorPolicy, decide
 
 POLICY = SupervisorPolicy(backoff_base_s=30, backoff_cap_s=600, healthy_after_s=300)
 NOW = 1_800_000_000.0

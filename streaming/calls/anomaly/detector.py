@@ -41,7 +41,7 @@ from tidelake.streaming.calls.anomaly.model import (
     with_silent_keys,
 )
 from tidelake.streaming.calls.anomaly.store import ModelCache
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.delta.commit import append_rows_once
 from tidelake.streaming.delta.write import app_id
 from tidelake.streaming.flow.engine_columns import ERROR_COLUMN
@@ -50,7 +50,7 @@ from tidelake.streaming.kafka.admin import ensure_topic, quiet_client_config, re
 from tidelake.streaming.kafka.read import explain_query_failure, stream_records
 from tidelake.streaming.records.decode import decode_records
 from tidelake.streaming.settings import EngineSettings
-from tidelake.streaming.stream.flow_stream import StreamFailedError
+from tidelake.streaming.stream.query import StreamFailedError
 
 log = logging.getLogger(__name__)
 

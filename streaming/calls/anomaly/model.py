@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 if TYPE_CHECKING:
-    from tidelake.streaming.calls.demo_events import Incident
+    from tidelake.streaming.calls.anomaly.incidents import Incident
 
 METRICS = ("volume", "failure_rate", "log_duration")
 KEY_KINDS = {"account": "account_sid", "region": "region"}

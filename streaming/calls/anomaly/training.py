@@ -21,6 +21,7 @@ import pandas as pd
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
+from tidelake.streaming.calls.anomaly.incidents import Incident
 from tidelake.streaming.calls.anomaly.model import (
     ALL_HOURS,
     Evaluation,
@@ -34,11 +35,10 @@ from tidelake.streaming.calls.anomaly.model import (
     with_silent_keys,
 )
 from tidelake.streaming.calls.anomaly.store import ModelInfo, new_version, save_model
-from tidelake.streaming.calls.demo_events import Incident
+from tidelake.streaming.delta.progress import table_progress
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
-from tidelake.streaming.stream.status import table_progress
 
 log = logging.getLogger(__name__)
 

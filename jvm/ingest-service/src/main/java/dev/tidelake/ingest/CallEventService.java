@@ -53,7 +53,7 @@ final class CallEventService {
 
   private final IngestConfig config;
   private final FlowContract contract;
-  private final KafkaSender kafka;
+  private final TopicProducer kafka;
   private final CallLookup lookup;
   private final ScheduledExecutorService timers;
   private final ExecutorService reads;
@@ -78,7 +78,7 @@ final class CallEventService {
       IngestConfig config,
       FileDescriptor file,
       FlowContract contract,
-      KafkaSender kafka,
+      TopicProducer kafka,
       CallLookup lookup,
       ScheduledExecutorService timers,
       ExecutorService reads) {
@@ -206,10 +206,10 @@ final class CallEventService {
               answer.onNext(reply);
               answer.onCompleted();
             } else {
-              answer.onError(unavailable(KafkaSender.notAcknowledged(error)));
+              answer.onError(unavailable(TopicProducer.notAcknowledged(error)));
             }
           });
-    } catch (KafkaSender.Unavailable e) {
+    } catch (TopicProducer.Unavailable e) {
       if (timer != null) {
         timer.cancel(false);
       }
@@ -223,7 +223,7 @@ final class CallEventService {
     return "Kafka did not acknowledge the event within "
         + seconds(waitMs)
         + " s. "
-        + KafkaSender.RETRY_IS_SAFE;
+        + TopicProducer.RETRY_IS_SAFE;
   }
 
   /** Seconds as Python's {@code :g} writes them (3 s, 0.5 s), so the wording stays the same. */
@@ -419,8 +419,8 @@ final class CallEventService {
               event.toByteArray(),
               nowMs,
               (metadata, error) ->
-                  answered(position, error == null ? null : KafkaSender.notAcknowledged(error)));
-        } catch (KafkaSender.Unavailable e) {
+                  answered(position, error == null ? null : TopicProducer.notAcknowledged(error)));
+        } catch (TopicProducer.Unavailable e) {
           for (int rest = p; rest < positions.size(); rest++) {
             answered(rest, e.getMessage());
           }

@@ -62,7 +62,7 @@ public final class IngestMain {
             .orElseThrow(
                 () -> new IllegalArgumentException("the descriptor set lacks CallEventService"));
     FlowContract contract = new FlowContract(config.contract(), message);
-    KafkaSender kafka = new KafkaSender(config);
+    TopicProducer kafka = new TopicProducer(config);
     ScheduledThreadPoolExecutor timers = new ScheduledThreadPoolExecutor(1);
     timers.setRemoveOnCancelPolicy(true);
     ExecutorService reads = Executors.newFixedThreadPool(2);
@@ -119,7 +119,7 @@ public final class IngestMain {
 
   /** Health is SERVING while Kafka answers, NOT_SERVING while it does not. */
   private static void follow(
-      KafkaSender kafka,
+      TopicProducer kafka,
       HealthStatusManager health,
       String service,
       ScheduledThreadPoolExecutor timers,
@@ -141,7 +141,7 @@ public final class IngestMain {
   private static void stop(
       Server server,
       HealthStatusManager health,
-      KafkaSender kafka,
+      TopicProducer kafka,
       ScheduledThreadPoolExecutor timers,
       ExecutorService reads,
       IngestConfig config) {

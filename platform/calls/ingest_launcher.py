@@ -35,12 +35,12 @@ from tidelake.platform.calls.ingest_listen import (
     check_security,
 )
 from tidelake.protos import service_pb2
-from tidelake.streaming.calls.flow import CALL_EVENTS
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.flow.contract import service_contract
+from tidelake.streaming.flow.descriptor_set import load_descriptor_set
 from tidelake.streaming.flow.engine_columns import KAFKA_OFFSET
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.read import java_client_options
-from tidelake.streaming.records.decode import load_descriptor_set
 from tidelake.streaming.spark.jars import ingest_classpath, java_executable
 
 log = logging.getLogger("tidelake.ingest")

@@ -7,18 +7,19 @@ once the stream's event time has moved past that day plus the flow's allowed lat
 
 from __future__ import annotations
 
+from datetime import date, timedelta
+
 import dagster as dg
 import pyarrow as pa
 
-from tidelake.assets.flow.keys import (
+from tidelake.assets.tables.keys import (
     daily_partitions,
     quarantine_key,
     table_key,
     topic_key,
 )
-from tidelake.assets.quality.partition_checks import daily_freshness
 from tidelake.streaming.flow.spec import FlowSpec
-from tidelake.streaming.flow.table_schema import table_schema
+from tidelake.streaming.flow.table_schema import column_doc, table_schema
 from tidelake.streaming.settings import EngineSettings
 
 STREAM_ALIVE = "stream_alive"
@@ -26,9 +27,14 @@ LAG_BELOW_THRESHOLD = "lag_below_threshold"
 
 
 def column_schema(schema: pa.Schema) -> dg.TableSchema:
-    """A table's columns as the UI lists them (the engine's internal `_` columns left out)."""
+    """A table's columns as the UI lists them, with their docs (table_schema.column_doc; the
+    engine's internal `_` columns left out)."""
     return dg.TableSchema(
-        columns=[dg.TableColumn(f.name, str(f.type)) for f in schema if not f.name.startswith("_")]
+        columns=[
+            dg.TableColumn(f.name, str(f.type), description=column_doc(f) or None)
+            for f in schema
+            if not f.name.startswith("_")
+        ]
     )
 
 
@@ -90,3 +96,22 @@ def flow_asset_specs(flow: FlowSpec, settings: EngineSettings) -> list[dg.AssetS
         },
     )
     return [topic, table, quarantine]
+
+
+FRESHNESS_MARGIN = timedelta(hours=2)
+"""How long after a day closes (FlowSpec.closes_at) its partition may take to be announced."""
+
+
+def daily_freshness(flow: FlowSpec) -> dg.FreshnessPolicy:
+    """A day's partition is materialized within FRESHNESS_MARGIN of its closing time."""
+    return dg.FreshnessPolicy.cron(
+        deadline_cron=freshness_deadline_cron(flow),
+        lower_bound_delta=timedelta(hours=24),
+        timezone="UTC",
+    )
+
+
+def freshness_deadline_cron(flow: FlowSpec) -> str:
+    """The daily deadline: the time of day the flow's days close, plus FRESHNESS_MARGIN."""
+    closes = flow.closes_at(date(2026, 1, 1)) + FRESHNESS_MARGIN
+    return f"{closes.minute} {closes.hour} * * *"

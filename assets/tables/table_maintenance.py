@@ -6,9 +6,9 @@ import dagster as dg
 from deltalake.exceptions import TableNotFoundError
 from pydantic import Field
 
-from tidelake.assets.flow.automation import after_blocking_checks
-from tidelake.assets.flow.keys import compaction_key, daily_partitions, quarantine_key, table_key
-from tidelake.assets.flow.table_backfill import table_pool
+from tidelake.assets.tables.automation import after_blocking_checks
+from tidelake.assets.tables.keys import compaction_key, daily_partitions, quarantine_key, table_key
+from tidelake.assets.tables.table_backfill import table_pool
 from tidelake.streaming.delta.maintenance import (
     DEFAULT_TARGET_FILE_BYTES,
     MIN_VACUUM_RETENTION_HOURS,

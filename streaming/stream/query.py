@@ -156,6 +156,29 @@ class StreamFailedError(TidelakeError, RuntimeError):
     """The streaming query stopped with an error; the message says why in tidelake's terms."""
 
 
+BATCH_GRACE_S = 60.0
+"""How long a stop waits for the micro-batch in flight to commit before it abandons it."""
+
+
+def finish_current_batch(query: StreamingQuery, grace_s: float = BATCH_GRACE_S) -> None:
+    """Wait until no micro-batch is in flight (at most grace_s), so that a stop ends after a
+    commit rather than abandoning work; an abandoned batch is replayed by the next run anyway."""
+    deadline = time.monotonic() + grace_s
+
+    def last_batch() -> int:
+        progress = query.lastProgress
+        return int(progress["batchId"]) if progress else -1
+
+    done = last_batch()
+    while (
+        query.isActive
+        and query.status["isTriggerActive"]
+        and last_batch() == done
+        and time.monotonic() < deadline
+    ):
+        time.sleep(0.05)
+
+
 def await_query(
     query: StreamingQuery,
     stop: threading.Event,
@@ -177,6 +200,7 @@ def await_query(
                 next_report = time.monotonic() + progress_interval_s
                 on_progress(query, query.lastProgress)
         if query.isActive:
+            finish_current_batch(query)
             log.info("stopping %s", query.name)
             query.stop()
         failure = query.exception()

@@ -15,14 +15,15 @@ from datetime import date, timedelta
 
 import dagster as dg
 
-from tidelake.assets.flow.keys import table_key
 from tidelake.assets.stream.always_on import Observed, SupervisorEvent, build_supervisor
 from tidelake.assets.stream.health import KAFKA_PROBE_TIMEOUT_S, measure_health, stream_restarts
-from tidelake.assets.stream.supervisor import Decision, SupervisorPolicy
+from tidelake.assets.stream.supervisor_decision import Decision, SupervisorPolicy
+from tidelake.assets.tables.keys import table_key
+from tidelake.streaming.delta.progress import table_progress
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.offsets import KafkaSourceError
 from tidelake.streaming.settings import EngineSettings
-from tidelake.streaming.stream.status import closed_dates, table_progress
+from tidelake.streaming.stream.status import closed_dates
 
 
 @dataclass

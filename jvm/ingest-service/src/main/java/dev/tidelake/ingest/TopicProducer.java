@@ -26,7 +26,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * cluster every few seconds that drives health. A send fails at once while Kafka is known to be
  * unreachable, instead of queueing events nobody will be told about in time.
  */
-final class KafkaSender implements AutoCloseable {
+final class TopicProducer implements AutoCloseable {
   static final String RETRY_IS_SAFE = "Retrying is safe: the stream drops repeats of a call_sid.";
   private static final Logger LOG = Logger.getLogger(IngestMain.LOGGER);
 
@@ -48,7 +48,7 @@ final class KafkaSender implements AutoCloseable {
   private final Thread prober;
   private volatile boolean closed;
 
-  KafkaSender(IngestConfig config) {
+  TopicProducer(IngestConfig config) {
     this.clientConfig = config.kafka();
     this.topic = config.topic();
     this.bootstrap = config.bootstrapServers();

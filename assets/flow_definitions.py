@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import dagster as dg
 
-from tidelake.assets.flow.specs import flow_asset_specs
-from tidelake.assets.flow.table_backfill import build_table_asset
-from tidelake.assets.flow.table_maintenance import (
+from tidelake.assets.quality.partition_checks import build_quality_checks
+from tidelake.assets.stream.health_checks import build_stream_checks
+from tidelake.assets.stream.job import build_stream_job
+from tidelake.assets.stream.supervisor_decision import SupervisorPolicy
+from tidelake.assets.stream.supervisor_sensor import build_supervisor_sensor
+from tidelake.assets.tables.asset_specs import flow_asset_specs
+from tidelake.assets.tables.table_backfill import build_table_asset
+from tidelake.assets.tables.table_maintenance import (
     build_compaction_asset,
     build_vacuum_job,
     build_vacuum_schedule,
 )
-from tidelake.assets.quality.partition_checks import build_quality_checks
-from tidelake.assets.stream.health_checks import build_stream_checks
-from tidelake.assets.stream.job import build_stream_job
-from tidelake.assets.stream.sensor import build_supervisor_sensor
-from tidelake.assets.stream.supervisor import SupervisorPolicy
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
 

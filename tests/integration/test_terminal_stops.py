@@ -1,0 +1,163 @@
+"""Ctrl-C and SIGTERM end every long-running command cleanly: one line, no traceback, exit 0.
+
+A terminal's Ctrl-C reaches the whole foreground process group; a service manager's SIGTERM
+reaches the process or its group. Each command runs here as the leader of its own group, as from
+a shell, and gets the signal both ways at random moments. The stream's table is exact
+afterwards: every event once, whatever the moment (a batch committing included).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lake_readers import read_delta
+from live_stream import BackgroundProducer, cli_available_now
+
+from tidelake.streaming.calls.call_events import CALL_EVENTS
+
+pytestmark = pytest.mark.slow
+
+TIDELAKE = [sys.executable, "-m", "tidelake.platform.cli"]
+SIGNALS = [(signal.SIGINT, "group"), (signal.SIGTERM, "process"), (signal.SIGTERM, "group")]
+
+
+class Command:
+    """A tidelake command in its own process group, its output in a file."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self.start = log.stat().st_size if log.exists() else 0
+        with log.open("a") as out:
+            self.process = subprocess.Popen(
+                [*TIDELAKE, *args],
+                env=env,
+                cwd=env.get("TIDELAKE_HOME"),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def output(self) -> str:
+        with self.log.open() as f:
+            f.seek(self.start)
+            return f.read()
+
+    def wait_for(self, text: str, timeout_s: float = 180) -> None:
+        deadline = time.monotonic() + timeout_s
+        while text not in self.output():
+            assert self.process.poll() is None, f"exited early:\n{self.output()[-3000:]}"
+            assert time.monotonic() < deadline, f"no {text!r} in {timeout_s:g} s:\n{self.output()}"
+            time.sleep(0.05)
+
+    def wait_until_handled(self, sig: signal.Signals, timeout_s: float = 60) -> None:
+        """Wait until the process has a handler for sig (its SigCgt mask in /proc)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status = Path(f"/proc/{self.process.pid}/status").read_text()
+            caught = int(
+                next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1],
+                16,
+            )
+            if caught & (1 << (sig - 1)):
+                return
+            assert time.monotonic() < deadline, f"no {sig.name} handler in {timeout_s:g} s"
+            time.sleep(0.01)
+
+    def stop(self, sig: signal.Signals, to: str, timeout_s: float = 120) -> str:
+        """Send sig to the process or its group; its output once it has exited with 0."""
+        if to == "group":
+            os.killpg(self.process.pid, sig)
+        else:
+            self.process.send_signal(sig)
+        code = self.process.wait(timeout=timeout_s)
+        output = self.output()
+        assert code == 0, f"exit {code} after {sig.name} to the {to}:\n{output[-3000:]}"
+        assert "Traceback" not in output and "Error" not in output, output[-3000:]
+        return output
+
+
+def _new_data_file(table: Path, known: set[Path], timeout_s: float = 120) -> None:
+    """Return once the stream has written a data file it has not committed yet."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if set(table.rglob("*.parquet")) - known:
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"no new data file in {table} within {timeout_s:g} s")
+
+
+def test_the_stream_stops_after_its_batch_at_any_moment_and_the_table_is_exact(
+    kafka_conf: dict[str, Any], call_events_topic: str, tmp_path: Path
+) -> None:
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+        "TIDELAKE_LAKE": str(tmp_path / "lake"),
+        "TIDELAKE_CHECKPOINTS": str(tmp_path / "checkpoints"),
+        "TIDELAKE_TRIGGER_INTERVAL": "1 second",
+    }
+    log = tmp_path / "stream.log"
+    table = tmp_path / "lake" / CALL_EVENTS.table
+    seed = random.randrange(1_000_000)
+    rng = random.Random(seed)
+    producer = BackgroundProducer(
+        CALL_EVENTS, kafka_conf, rate=400, duration_s=60, duplicate_share=0.05, seed=seed
+    )
+    producer.start()
+    moments = []
+    for round_, (sig, to) in enumerate([*SIGNALS, (signal.SIGINT, "group")]):
+        stream = Command(["stream", "call_events"], env, log)
+        stream.wait_for("spark session ready")
+        if round_ % 2 == 0:  # while a batch commits: its data files are written, not committed
+            _new_data_file(table, set(table.rglob("*.parquet")))
+            moments.append("in a commit")
+        else:
+            time.sleep(rng.uniform(0.0, 4.0))
+            moments.append("at random")
+        output = stream.stop(sig, to)
+        assert f"received {sig.name}: stopping after the current batch" in output, output[-2000:]
+    report = producer.join(timeout=120)
+
+    drained = cli_available_now(env)
+    assert drained.returncode == 0, drained.stdout[-2000:] + drained.stderr[-2000:]
+    keys = read_delta(table).column("call_sid").to_pylist()
+    assert len(keys) == len(set(keys)), f"seed {seed}: duplicates after stops {moments}"
+    assert set(keys) == set(report.keys), f"seed {seed}: lost rows after stops {moments}"
+
+
+LOCAL_SERVICES = {
+    "broker": (["broker"], "KAFKA_BOOTSTRAP_SERVERS="),
+    "kafka-cluster": (["kafka-cluster", "--nodes", "1", "--min-insync", "1"], "data and logs in"),
+    "spark-cluster": (["spark-cluster", "--workers", "1"], "master UI"),
+    "serve": (["serve", "--port", "0"], "ingest service listening on"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOCAL_SERVICES))
+def test_a_local_service_stops_on_ctrl_c_and_sigterm(
+    name: str, kafka_conf: dict[str, Any], tmp_path: Path
+) -> None:
+    args, ready = LOCAL_SERVICES[name]
+    rng = random.Random()
+    for n, (sig, to) in enumerate(SIGNALS):
+        home = tmp_path / f"home-{n}"
+        home.mkdir()
+        env = {**os.environ, "TIDELAKE_HOME": str(home), "TIDELAKE_LAKE": str(home / "lake")}
+        if name == "serve":
+            env["KAFKA_BOOTSTRAP_SERVERS"] = kafka_conf["bootstrap.servers"]
+        command = Command(args, env, tmp_path / f"{name}.log")
+        if n == 0:  # while it starts, once tidelake handles SIGTERM (before, Python's defaults)
+            command.wait_until_handled(signal.SIGTERM)
+            time.sleep(rng.uniform(0.0, 1.0))
+        else:
+            command.wait_for(ready)
+            time.sleep(rng.uniform(0.0, 1.0))
+        command.stop(sig, to)
