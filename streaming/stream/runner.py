@@ -1,7 +1,7 @@
 """Run one flow's stream as a process: until stopped, or until caught up (--available-now).
 
 SIGTERM and SIGINT stop the query gracefully: the batch in flight commits first (up to
-flow_stream.BATCH_GRACE_S), then the query stops. A batch abandoned all the same (a second
+query.BATCH_GRACE_S), then the query stops. A batch abandoned all the same (a second
 signal, or a stop past the grace) has its offsets in the checkpoint but not its commit log, so
 the restarted query replays exactly that batch and the idempotent Delta sink drops what was
 already committed.
