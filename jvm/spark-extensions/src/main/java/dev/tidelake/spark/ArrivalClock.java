@@ -37,11 +37,13 @@ final class ArrivalClock {
     Answer firstDataRecordAfter(String topic, int partition, long afterMs, long from);
   }
 
-  private final Map<String, Answer> answers = new ConcurrentHashMap<>();
+  private record Key(String topic, int partition, long afterMs) {}
+
+  private final Map<Key, Answer> answers = new ConcurrentHashMap<>();
 
   /** True when a data record stamped after {@code afterMs} stands at or before {@code offset}. */
   boolean passed(String topic, int partition, long offset, long afterMs, Lookup lookup) {
-    String key = topic + "\u0000" + partition + "\u0000" + afterMs;
+    Key key = new Key(topic, partition, afterMs);
     Answer answer = answers.get(key);
     if (answer == null || !answer.covers(offset)) {
       long from = answer == null ? 0L : answer.readTo();

@@ -37,6 +37,8 @@ public final class KafkaTimeIndex implements UDF4<String, Integer, Long, Long, B
 
   private final HashMap<String, String> kafkaConf;
   private final long timeoutMs;
+  private transient ArrivalClock clock;
+  private transient ArrivalClock.Lookup lookup;
 
   public KafkaTimeIndex(Map<String, String> kafkaConf, long timeoutMs) {
     this.kafkaConf = new HashMap<>(kafkaConf);
@@ -58,11 +60,13 @@ public final class KafkaTimeIndex implements UDF4<String, Integer, Long, Long, B
     if (topic == null || partition == null || offset == null || closesMs == null) {
       return null;
     }
-    ArrivalClock clock;
-    synchronized (CLOCKS) {
-      clock = CLOCKS.computeIfAbsent(cacheKey(), k -> new ArrivalClock());
+    if (clock == null) {  // once per task: this instance serves one task's thread
+      synchronized (CLOCKS) {
+        clock = CLOCKS.computeIfAbsent(cacheKey(), k -> new ArrivalClock());
+      }
+      lookup = this::firstDataRecordAfter;
     }
-    return clock.passed(topic, partition, offset, closesMs, this::firstDataRecordAfter);
+    return clock.passed(topic, partition, offset, closesMs, lookup);
   }
 
   /**
