@@ -198,10 +198,6 @@ class FlowSpec:
         start_ms = (day - _EPOCH).days * DAY_MS
         return datetime.fromtimestamp(self.closes_at_ms(start_ms) / 1000, UTC)
 
-    def event_time_ms(self, raw: int) -> int:
-        """An event-time field's value in epoch milliseconds (floored)."""
-        return raw * 1000 // EVENT_TIME_UNITS_PER_SECOND[self.event_time_unit]
-
     @property
     def validity_fields(self) -> tuple[str, ...]:
         """Fields that must be set (non-default) for a record to be accepted."""

@@ -290,15 +290,3 @@ def test_a_date_closes_at_its_end_plus_the_allowed_lateness() -> None:
     assert CALL_EVENTS.closes_at_ms(last_ms + 1) == int(closes.timestamp() * 1000) + 86_400_000
     before_1970 = -1  # 1969-12-31 23:59:59.999 closes at 1970-01-01 02:00
     assert CALL_EVENTS.closes_at_ms(before_1970) == 2 * 3_600_000
-
-
-@pytest.mark.parametrize(
-    ("unit", "raw", "ms"),
-    [
-        ("s", 1_700_000_000, 1_700_000_000_000),
-        ("ms", 1_700_000_000_123, 1_700_000_000_123),
-        ("us", 1_700_000_000_123_999, 1_700_000_000_123),
-    ],
-)
-def test_event_times_convert_to_ms_by_their_unit(unit, raw, ms):
-    assert dataclasses.replace(CALL_EVENTS, event_time_unit=unit).event_time_ms(raw) == ms
