@@ -55,7 +55,7 @@ def main(rate: float, lead: float, length: float, out: Path | None) -> None:
             "event_time", F.timestamp_millis("event_time")
         )
         baselines = train_baselines(minute_windows(events)).toPandas()
-        save_model(settings.lake.resolve(), baselines, ModelInfo(1, "-", "-", ["-"], day="-"))
+        save_model(settings.lake, baselines, ModelInfo(1, "-", "-", ["-"], day="-"))
 
         alerts_topic = f"bench-alerts-{uuid.uuid4().hex[:6]}"
         detector = AnomalyDetector(settings, conf, alerts_topic=alerts_topic)

@@ -15,6 +15,7 @@ import psutil
 
 from tidelake.platform.local.kafka_broker import LocalKafkaBroker
 from tidelake.streaming.settings import kafka_client_config
+from tidelake.streaming.storage.location import Location
 
 
 @contextmanager
@@ -107,10 +108,13 @@ class Commit:
     rows: int
 
 
-def commits(table: Path) -> list[Commit]:
-    """Each Delta log entry of a table, read straight from _delta_log (no Delta library)."""
+def commits(table: Path | str) -> list[Commit]:
+    """Each Delta log entry of a table (a local path or s3:// URI), read straight from
+    _delta_log (no Delta library)."""
     out = []
-    for log in sorted((table / "_delta_log").glob("*.json")):
+    folder = Location(str(table)) / "_delta_log"
+    for name in sorted(n for n in folder.names() if n.endswith(".json")):
+        log = folder / name
         stamp, added, rows = 0, [], 0
         for line in log.read_text().splitlines():
             action = json.loads(line)
@@ -119,7 +123,7 @@ def commits(table: Path) -> list[Commit]:
             if "add" in action:
                 added.append(action["add"]["path"])
                 rows += json.loads(action["add"]["stats"] or "{}").get("numRecords", 0)
-        out.append(Commit(int(log.stem), stamp, added, rows))
+        out.append(Commit(int(name.removesuffix(".json")), stamp, added, rows))
     return out
 
 

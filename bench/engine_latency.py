@@ -24,8 +24,10 @@ import pyarrow.parquet as pq
 from common import commits, kafka, wait_for, write_figures
 
 from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.platform.local.s3_server import LocalS3Server
 from tidelake.streaming.calls.call_events import CALL_EVENTS
-from tidelake.streaming.kafka.admin import ensure_topic
+from tidelake.streaming.kafka.admin import delete_topic, ensure_topic
+from tidelake.streaming.storage.location import filesystem
 
 
 def _tree_cpu_s(pid: int) -> float:
@@ -40,76 +42,81 @@ def _tree_cpu_s(pid: int) -> float:
     return total
 
 
-def _latencies_ms(table: Path, after_version: int) -> np.ndarray:
+def _latencies_ms(table: str, after_version: int) -> np.ndarray:
     out = []
+    fs, root = filesystem(table)
     for c in commits(table):
         if c.version <= after_version:
             continue
         for path in c.files:
-            produced_us = pq.read_table(table / path, columns=["kafka_timestamp"]).column(0)
+            produced_us = pq.read_table(
+                f"{root}/{path}", columns=["kafka_timestamp"], filesystem=fs
+            ).column(0)
             out.append(c.timestamp_ms - produced_us.cast("int64").to_numpy() / 1000)
     return np.concatenate(out) if out else np.array([])
 
 
-@click.command()
-@click.option("--rate", default=5000, show_default=True, help="Events per second.")
-@click.option("--duration", default=60.0, show_default=True, help="Seconds of traffic.")
-@click.option("--idle", default=20.0, show_default=True, help="Seconds to measure idle CPU.")
-@click.option("--trigger", default=None, help="Trigger interval, e.g. '250 milliseconds'.")
-@click.option("--out", type=click.Path(path_type=Path), help="Also write the figures as JSON.")
-def main(rate: int, duration: float, idle: float, trigger: str | None, out: Path | None) -> None:
-    """Produce at a steady rate into a running stream; print latency percentiles and idle CPU."""
-    with kafka() as conf, tempfile.TemporaryDirectory(prefix="tidelake-latency-") as tmp:
-        work = Path(tmp)
-        ensure_topic(conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
-        env = {
-            **os.environ,
-            "KAFKA_BOOTSTRAP_SERVERS": conf["bootstrap.servers"],
-            "TIDELAKE_LAKE": str(work / "lake"),
-            "TIDELAKE_CHECKPOINTS": str(work / "checkpoints"),
-            "TIDELAKE_LOG_LEVEL": "WARNING",
-        }
-        if trigger:
-            env["TIDELAKE_TRIGGER_INTERVAL"] = trigger
-        table = work / "lake" / "call_events"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tidelake.platform.cli", "stream", "call_events"],
-            env=env,
-            start_new_session=True,
+def measure(
+    conf: dict,
+    lake: str,
+    checkpoints: str,
+    extra_env: dict[str, str],
+    rate: int,
+    duration: float,
+    idle: float,
+    trigger: str | None,
+) -> dict:
+    """Run the stream on a fresh topic into this lake; produce at the rate; the figures."""
+    delete_topic(conf, CALL_EVENTS.topic)
+    ensure_topic(conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
+    env = {
+        **os.environ,
+        **extra_env,
+        "KAFKA_BOOTSTRAP_SERVERS": conf["bootstrap.servers"],
+        "TIDELAKE_LAKE": lake,
+        "TIDELAKE_CHECKPOINTS": checkpoints,
+        "TIDELAKE_LOG_LEVEL": "WARNING",
+    }
+    if trigger:
+        env["TIDELAKE_TRIGGER_INTERVAL"] = trigger
+    table = f"{lake}/call_events"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tidelake.platform.cli", "stream", "call_events"],
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        warm = produce_demo_events(CALL_EVENTS, conf, count=100, seed=1, progress=False)
+        wait_for(lambda: sum(c.rows for c in commits(table)) >= warm.good, 180, "warm-up")
+        warm_version = commits(table)[-1].version
+        time.sleep(3)
+        cpu0 = _tree_cpu_s(proc.pid)
+        time.sleep(idle)
+        idle_core_share = (_tree_cpu_s(proc.pid) - cpu0) / idle
+
+        report = produce_demo_events(
+            CALL_EVENTS,
+            conf,
+            rate=rate,
+            duration_s=duration,
+            malformed_share=0.0,
+            late_share=0.0,
+            seed=2,
+            progress=sys.stderr.isatty(),
         )
+        expected = warm.good + report.good
+        wait_for(lambda: sum(c.rows for c in commits(table)) >= expected, 120, "all events")
+    finally:
+        proc.send_signal(signal.SIGTERM)  # the driver stops the query gracefully
         try:
-            warm = produce_demo_events(CALL_EVENTS, conf, count=100, seed=1, progress=False)
-            wait_for(lambda: sum(c.rows for c in commits(table)) >= warm.good, 180, "warm-up")
-            warm_version = commits(table)[-1].version
-            time.sleep(3)
-            cpu0 = _tree_cpu_s(proc.pid)
-            time.sleep(idle)
-            idle_core_share = (_tree_cpu_s(proc.pid) - cpu0) / idle
-
-            report = produce_demo_events(
-                CALL_EVENTS,
-                conf,
-                rate=rate,
-                duration_s=duration,
-                malformed_share=0.0,
-                late_share=0.0,
-                seed=2,
-                progress=sys.stderr.isatty(),
-            )
-            expected = warm.good + report.good
-            wait_for(lambda: sum(c.rows for c in commits(table)) >= expected, 120, "all events")
-        finally:
-            proc.send_signal(signal.SIGTERM)  # the driver stops the query gracefully
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        lat = _latencies_ms(table, warm_version)
-        batches = len([c for c in commits(table) if c.version > warm_version and c.rows])
-
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    lat = _latencies_ms(table, warm_version)
+    batches = len([c for c in commits(table) if c.version > warm_version and c.rows])
     assert len(lat) == report.good, (len(lat), report.good)
-    figures = {
+    return {
         "events": report.good,
         "achieved_rate": report.rate,
         "delta_versions": batches,
@@ -119,13 +126,62 @@ def main(rate: int, duration: float, idle: float, trigger: str | None, out: Path
         "max_ms": float(lat.max()),
         "idle_cpu_core_share": idle_core_share,
     }
-    click.echo(f"{report.good:,} events at {report.rate:,.0f}/s in {batches} Delta versions")
+
+
+def _print(where: str, figures: dict) -> None:
     click.echo(
-        f"latency p50 {figures['p50_ms']:.0f} ms (target <= 250), "
-        f"p90 {figures['p90_ms']:.0f} ms, p99 {figures['p99_ms']:.0f} ms (target <= 500), "
+        f"{where}: {figures['events']:,} events at {figures['achieved_rate']:,.0f}/s in "
+        f"{figures['delta_versions']} Delta versions"
+    )
+    click.echo(
+        f"  latency p50 {figures['p50_ms']:.0f} ms (target <= 500), "
+        f"p90 {figures['p90_ms']:.0f} ms, p99 {figures['p99_ms']:.0f} ms (target <= 1000), "
         f"max {figures['max_ms']:.0f} ms"
     )
-    click.echo(f"idle stream CPU: {idle_core_share:.1%} of one core")
+    click.echo(f"  idle stream CPU: {figures['idle_cpu_core_share']:.1%} of one core")
+
+
+@click.command()
+@click.option("--rate", default=5000, show_default=True, help="Events per second.")
+@click.option("--duration", default=60.0, show_default=True, help="Seconds of traffic.")
+@click.option("--idle", default=20.0, show_default=True, help="Seconds to measure idle CPU.")
+@click.option("--trigger", default=None, help="Trigger interval, e.g. '250 milliseconds'.")
+@click.option(
+    "--also-on-s3",
+    is_flag=True,
+    help="Measure again with the lake and checkpoints on a local S3 server.",
+)
+@click.option("--out", type=click.Path(path_type=Path), help="Also write the figures as JSON.")
+def main(
+    rate: int,
+    duration: float,
+    idle: float,
+    trigger: str | None,
+    also_on_s3: bool,
+    out: Path | None,
+) -> None:
+    """Produce at a steady rate into a running stream; print latency percentiles and idle CPU."""
+    with kafka() as conf, tempfile.TemporaryDirectory(prefix="tidelake-latency-") as tmp:
+        work = Path(tmp)
+        figures = measure(
+            conf, str(work / "lake"), str(work / "checkpoints"), {}, rate, duration, idle, trigger
+        )
+        _print("local disk", figures)
+        if also_on_s3:
+            with LocalS3Server() as s3:
+                os.environ.update(s3.env())  # this process reads the lake's log too
+                on_s3 = measure(
+                    conf,
+                    s3.uri("lake"),
+                    s3.uri("checkpoints"),
+                    s3.env(),
+                    rate,
+                    duration,
+                    idle,
+                    trigger,
+                )
+            figures["s3"] = on_s3
+            _print("lake and checkpoints on S3 (SeaweedFS on this machine)", on_s3)
     write_figures(out, figures)
 
 

@@ -28,6 +28,7 @@ from common import TreeSampler, commits, kafka, write_figures
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.platform.local.s3_server import LocalS3Server
 from tidelake.platform.local.spark_cluster import LocalSparkCluster
 from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming.calls.call_events import CALL_EVENTS
@@ -108,19 +109,31 @@ run_flow_stream(flow, load_engine_settings(), kafka_client_config(), available_n
 
 
 def tidelake_ingest(
-    conf: dict, work: Path, max_offsets: int, dedup: bool = True, master: str | None = None
+    conf: dict,
+    work: Path,
+    max_offsets: int,
+    dedup: bool = True,
+    master: str | None = None,
+    s3: LocalS3Server | None = None,
 ) -> dict:
+    """One `tidelake stream --available-now` of the topic into a new lake and checkpoint: under
+    `work`, or with s3 on that S3 server (its CPU is counted apart: it is not in our tree)."""
+    lake = s3.uri(work.name, "lake") if s3 else str(work / "lake")
+    checkpoints = s3.uri(work.name, "checkpoints") if s3 else str(work / "checkpoints")
     env = {
         **os.environ,
         **({"TIDELAKE_SPARK_MASTER": master} if master else {}),
+        **(s3.env() if s3 else {}),
         "KAFKA_BOOTSTRAP_SERVERS": conf["bootstrap.servers"],
-        "TIDELAKE_LAKE": str(work / "lake"),
-        "TIDELAKE_CHECKPOINTS": str(work / "checkpoints"),
+        "TIDELAKE_LAKE": lake,
+        "TIDELAKE_CHECKPOINTS": checkpoints,
         "TIDELAKE_LOG_LEVEL": "WARNING",
         "TIDELAKE_MAX_OFFSETS_PER_TRIGGER": str(max_offsets),
     }
     cli = ["-m", "tidelake.platform.cli", "stream", "call_events", "--available-now"]
     cmd = [sys.executable, *(cli if dedup else ["-c", _WITHOUT_DEDUP])]
+    server = psutil.Process(s3.pid) if s3 and s3.pid else None
+    server_cpu = sum(server.cpu_times()[:2]) if server else 0.0
     started_ms = time.time() * 1000
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
@@ -129,7 +142,7 @@ def tidelake_ingest(
     whole_s = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"tidelake failed ({proc.returncode}):\n{stderr[-4000:]}")
-    log = [c for c in commits(work / "lake" / "call_events") if c.rows]
+    log = [c for c in commits(f"{lake}/call_events") if c.rows]
     first, last = log[0], log[-1]
     steady_rows = sum(c.rows for c in log[1:])
     steady_s = (last.timestamp_ms - first.timestamp_ms) / 1000
@@ -148,6 +161,7 @@ def tidelake_ingest(
         "cpu_s": sampler.total_cpu_s,
         "cpu_s_by_process": sampler.cpu_by_kind(),
         "peak_rss_gb_by_process": {k: v / 1e9 for k, v in sampler.peak_rss_by_kind.items()},
+        "s3_server_cpu_s": sum(server.cpu_times()[:2]) - server_cpu if server else 0.0,
     }
 
 
@@ -189,6 +203,11 @@ def _rounded(figures: dict[str, float]) -> str:
     is_flag=True,
     help="Ingest the same events again on a Spark standalone cluster of 2 workers x 1 core.",
 )
+@click.option(
+    "--also-on-s3",
+    is_flag=True,
+    help="Ingest the same events again with the lake and checkpoints on a local S3 server.",
+)
 @click.option("--out", type=click.Path(path_type=Path), help="Also write the figures as JSON.")
 def main(
     events: int,
@@ -197,6 +216,7 @@ def main(
     skip_floor: bool,
     dedup: bool,
     also_on_cluster: bool,
+    also_on_s3: bool,
     out: Path | None,
 ):
     """Ingest N events with tidelake --available-now and with the one-process floor; compare."""
@@ -230,6 +250,13 @@ def main(
         if also_on_cluster:
             result["cluster"] = on_cluster(conf, work / "cluster", max_offsets_per_trigger, dedup)
             assert result["cluster"]["rows"] == report.good
+        if also_on_s3:
+            with LocalS3Server() as s3:
+                os.environ.update(s3.env())  # this process reads the lake's log too
+                result["s3"] = tidelake_ingest(
+                    conf, work / "on-s3", max_offsets_per_trigger, dedup, s3=s3
+                )
+            assert result["s3"]["rows"] == report.good
 
     lines = [
         ("tidelake whole command", f"{t['whole_command_s']:.1f} s", f"{t['batches']} batches"),
@@ -252,6 +279,16 @@ def main(
         click.echo(f"{name:<24}{value:>16}   {note}")
     click.echo(f"CPU s by process:   {_rounded(t['cpu_s_by_process'])}")
     click.echo(f"peak GB by process: {_rounded(t['peak_rss_gb_by_process'])}")
+    if also_on_s3:
+        s = result["s3"]
+        click.echo(
+            f"lake and checkpoints on S3 (SeaweedFS on this machine) next to the local disk: "
+            f"steady {s['steady_events_per_s']:,.0f} vs {t['steady_events_per_s']:,.0f} ev/s "
+            f"({s['steady_events_per_s'] / t['steady_events_per_s']:.2f}x), start-up "
+            f"{s['startup_s']:.1f} vs {t['startup_s']:.1f} s, whole command "
+            f"{s['whole_command_s']:.1f} vs {t['whole_command_s']:.1f} s, CPU "
+            f"{s['cpu_s']:.1f} s + S3 server {s['s3_server_cpu_s']:.1f} s vs {t['cpu_s']:.1f} s"
+        )
     if also_on_cluster:
         c = result["cluster"]
         click.echo(

@@ -559,7 +559,7 @@ def serve(
         ensure_topic(conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
     except KafkaUnreachableError as exc:  # the service logs it and serves NOT_SERVING
         unreachable = str(exc)
-    uri = str(settings.table_path(CALL_EVENTS.table))
+    uri = settings.table_uri(CALL_EVENTS.table)
     service_log = logging.getLogger("tidelake.ingest")
     with graceful_stop_signals(
         service_log, "stopping: calls in flight finish, Kafka is flushed"
@@ -616,6 +616,13 @@ def serve(
     show_default=True,
     help="Port of the gRPC ingest service that call_events' demo events go through.",
 )
+@click.option(
+    "--s3",
+    is_flag=True,
+    envvar="TIDELAKE_DEV_S3",
+    help="Keep the lake and checkpoints on a local S3 server (SeaweedFS; `make s3-server` "
+    "builds it once) instead of local folders.",
+)
 def dev(
     host: str,
     port: int,
@@ -623,6 +630,7 @@ def dev(
     history_days: int,
     incident_every: float,
     ingest_port: int,
+    s3: bool,
 ) -> None:
     """Run the whole platform locally: broker, topics, ingest service, demo producer and
     `dg dev`.
@@ -642,6 +650,7 @@ def dev(
             history_days=history_days,
             incident_every_s=incident_every,
             ingest_port=ingest_port,
+            s3=s3,
         )
         code = run_dev(flows, options)
     except FileNotFoundError as exc:  # not run from the repository root
@@ -696,6 +705,22 @@ def install_jars(pom: Path) -> None:
         f"{'offline from ~/.m2' if report.offline else 'from Maven Central'}; "
         f"{len(report.dropped)} left out as pyspark ships them)"
     )
+
+
+@main.command("install-s3-server")
+def install_s3_server() -> None:
+    """Build the local S3 server (SeaweedFS, from the Go module proxy) into the cache, once.
+
+    5-10 minutes on 2 cores the first time, nothing after; `make s3-server` (so `make test`)
+    runs it. `tidelake dev --s3` and the tests run the binary it builds.
+    """
+    from tidelake.platform.local.s3_server import S3ServerError, install_seaweedfs
+
+    try:
+        binary = install_seaweedfs(report=click.echo)
+    except S3ServerError as exc:
+        raise CliError(str(exc)) from None
+    click.echo(f"local S3 server: {binary}")
 
 
 @main.command("spark-archive")

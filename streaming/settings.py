@@ -16,12 +16,13 @@ from datetime import date
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from tidelake.streaming.errors import ConfigError
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.broker_state import broker_state_file, running_broker
+from tidelake.streaming.storage.uri import is_object_store, join, storage_root
 
 _SECRET_WORDS = ("password", "secret", "key", "token", "jaas")
 _UNITS = "milliseconds?|seconds?|minutes?|hours?|days?"
@@ -68,9 +69,13 @@ class EngineSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="TIDELAKE_", extra="ignore")
 
-    lake: Path = Field(default=Path(".tidelake/lake"), description="root folder of Delta tables")
-    checkpoints: Path = Field(
-        default=Path(".tidelake/checkpoints"), description="root folder of stream checkpoints"
+    lake: str = Field(
+        default=".tidelake/lake",
+        description="root of the Delta tables: a local folder or s3://bucket/prefix",
+    )
+    checkpoints: str = Field(
+        default=".tidelake/checkpoints",
+        description="root of the streams' checkpoints: a local folder or s3://bucket/prefix",
     )
     spark_master: str = Field(default="local[2]", description="Spark master URL")
     spark_conf: dict[str, str] = Field(
@@ -111,6 +116,13 @@ class EngineSettings(BaseSettings):
         ),
     )
 
+    @field_validator("lake", "checkpoints", mode="before")
+    @classmethod
+    def _a_storage_root(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, str | Path):
+            return storage_root(value, f"TIDELAKE_{str(info.field_name).upper()}")
+        return value
+
     @field_validator("flow_modules", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
@@ -128,28 +140,37 @@ class EngineSettings(BaseSettings):
             )
         return value
 
-    def require_usable_folders(self) -> None:
-        """Refuse a lake or checkpoint root that is a file or cannot be written, before Spark."""
-        for variable, folder in (
+    def require_usable_storage(self) -> None:
+        """Refuse, before Spark starts, a lake or checkpoint root that is a file or cannot be
+        written, or a lake on an S3 store that does not honour conditional PUTs."""
+        for variable, root in (
             ("TIDELAKE_LAKE", self.lake),
             ("TIDELAKE_CHECKPOINTS", self.checkpoints),
         ):
-            folder = folder.resolve()
+            if is_object_store(root):
+                continue
+            folder = Path(root)
             existing = next(p for p in (folder, *folder.parents) if p.exists())
             if not existing.is_dir():
                 raise ConfigError(f"{variable}: {existing} is a file, not a folder")
             if not os.access(existing, os.W_OK | os.X_OK):
                 raise ConfigError(f"{variable}: {existing} is not writable by this user")
+        if is_object_store(self.lake):
+            # imported here: boto3 and pyarrow's S3 are for a lake on S3 only
+            from tidelake.streaming.storage.conditional_put import require_conditional_put
+
+            require_conditional_put(self.lake, "TIDELAKE_LAKE")
 
     def deployed(self, flow: FlowSpec) -> FlowSpec:
         """The flow as this deployment runs it: its partitions start at TIDELAKE_FIRST_DATE."""
         return flow if self.first_date is None else replace(flow, first_date=self.first_date)
 
-    def table_path(self, table: str) -> Path:
-        return self.lake.resolve() / table
+    def table_uri(self, table: str) -> str:
+        """Where a Delta table lives: a local path or s3://... (every reader takes either)."""
+        return join(self.lake, table)
 
-    def checkpoint_path(self, query: str) -> Path:
-        return self.checkpoints.resolve() / query
+    def checkpoint_uri(self, query: str) -> str:
+        return join(self.checkpoints, query)
 
 
 def load_engine_settings(**overrides: Any) -> EngineSettings:

@@ -7,6 +7,11 @@ Tests live in folders by kind, and the folder gives the marker: `unit/` (pure lo
 no Spark, no JVM, no database; `make unit`), `integration/` (a real broker, Spark, the ingest
 service's JVM or PostgreSQL), `e2e/` (the whole platform: `tidelake dev`, Dagster, a browser).
 Helpers shared by several folders live here, next to this file (on sys.path through it).
+
+One local S3 server (SeaweedFS, `make s3-server`) runs per session too, started before the
+shared SparkSession, whose s3a takes its endpoint and the JVM its credentials from the standard
+AWS variables set here. Tests on S3 ask for `engine_settings` with the param "s3", or for
+`storage_roots`, parametrized over both stores.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 import pytest
 
 from tidelake.platform.local.kafka_broker import LocalKafkaBroker
+from tidelake.platform.local.s3_server import LocalS3Server
 from tidelake.streaming.kafka.admin import delete_topic
 from tidelake.streaming.settings import kafka_client_config
 
@@ -112,8 +118,19 @@ def closed_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """One local SparkSession for the whole run (Spark takes 5-10 s to start on 2 cores)."""
+def s3_server() -> Iterator[LocalS3Server]:
+    """The session's S3 server; its AWS settings are in this process's environment (so in every
+    child's) from here on: S3 URIs work in every client, local paths are not affected."""
+    with LocalS3Server() as server, pytest.MonkeyPatch.context() as patch:
+        for name, value in server.env().items():
+            patch.setenv(name, value)
+        yield server
+
+
+@pytest.fixture(scope="session")
+def spark(s3_server: LocalS3Server) -> Iterator[Any]:
+    """One local SparkSession for the whole run (Spark takes 5-10 s to start on 2 cores), built
+    once the S3 server's settings are in the environment."""
     from tidelake.streaming.spark.session import build_spark_session
 
     session = build_spark_session("local[2]", {"spark.sql.shuffle.partitions": "2"})
@@ -121,9 +138,22 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
+@pytest.fixture(params=["local"])
+def storage_roots(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    """(lake, checkpoints) of a test: private folders, or with the param "s3" private prefixes
+    on the session's S3 server."""
+    if request.param == "s3":
+        server: LocalS3Server = request.getfixturevalue("s3_server")
+        prefix = f"{request.node.name[:40]}-{uuid.uuid4().hex[:8]}"
+        prefix = re.sub(r"[^A-Za-z0-9_.-]", "-", prefix)
+        return server.uri(prefix, "lake"), server.uri(prefix, "checkpoints")
+    return str(tmp_path / "lake"), str(tmp_path / "checkpoints")
+
+
 @pytest.fixture
-def engine_settings(tmp_path: Any) -> Any:
-    """Engine settings with a private lake and checkpoint folder."""
+def engine_settings(storage_roots: tuple[str, str]) -> Any:
+    """Engine settings with a private lake and checkpoint root (see storage_roots)."""
     from tidelake.streaming.settings import EngineSettings
 
-    return EngineSettings(lake=tmp_path / "lake", checkpoints=tmp_path / "checkpoints")
+    lake, checkpoints = storage_roots
+    return EngineSettings(lake=lake, checkpoints=checkpoints)

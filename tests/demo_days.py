@@ -26,7 +26,7 @@ def write_days(settings: EngineSettings, days: list[str], seed: int = 1) -> None
     frame["event_time"] = pd.to_datetime(frame["event_time"], unit="ms", utc=True)
     frame["date"] = frame["event_time"].dt.date
     write_deltalake(
-        str(settings.table_path(CALL_EVENTS.table)),
+        settings.table_uri(CALL_EVENTS.table),
         pa.Table.from_pandas(frame, preserve_index=False),
         partition_by=["date"],
     )

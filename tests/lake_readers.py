@@ -1,4 +1,8 @@
-"""Independent readers of the tables the engine writes: delta-rs and DuckDB, never Spark."""
+"""Independent readers of the tables the engine writes: delta-rs and DuckDB, never Spark.
+
+Both read a local path or an s3:// URI; on S3 with the standard AWS variables (the session's S3
+server sets them), DuckDB through its httpfs extension's S3 secret.
+"""
 
 from __future__ import annotations
 
@@ -8,24 +12,45 @@ import duckdb
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from tidelake.streaming.storage.location import delta_storage_options
+from tidelake.streaming.storage.s3_settings import s3_settings
+
 
 def read_delta(path: str | Path) -> pa.Table:
     """The current snapshot of a Delta table, read with delta-rs."""
-    return DeltaTable(str(path)).to_pyarrow_table()
+    return _table(path).to_pyarrow_table()
 
 
 def delta_version(path: str | Path) -> int:
-    return DeltaTable(str(path)).version()
+    return _table(path).version()
+
+
+def _table(path: str | Path) -> DeltaTable:
+    return DeltaTable(str(path), storage_options=delta_storage_options(str(path)))
 
 
 def duckdb_query(sql: str) -> list[tuple]:
-    """Run SQL with DuckDB's delta extension loaded (delta_scan('<path>'))."""
+    """Run SQL with DuckDB's delta extension loaded (delta_scan('<path or s3 uri>'))."""
     import duckdb_extension_delta
+    import duckdb_extension_httpfs
 
-    extension = next(Path(duckdb_extension_delta.__file__).parent.rglob("*.duckdb_extension"))
     con = duckdb.connect()
     try:
-        con.load_extension(str(extension))
+        for package in (duckdb_extension_httpfs, duckdb_extension_delta):
+            con.load_extension(str(next(Path(package.__file__).parent.rglob("*.duckdb_extension"))))
+        s3 = s3_settings()
+        if s3.endpoint_url and s3.access_key_id and s3.secret_access_key:
+            con.execute(
+                "CREATE SECRET lake (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, "
+                "URL_STYLE 'path', USE_SSL ?)",
+                [
+                    s3.access_key_id,
+                    s3.secret_access_key.get_secret_value(),
+                    s3.region or "us-east-1",
+                    s3.endpoint_url.split("://", 1)[1],
+                    not s3.endpoint_is_plain_http,
+                ],
+            )
         return con.sql(sql).fetchall()
     finally:
         con.close()

@@ -25,6 +25,8 @@ from tidelake.streaming.calls.anomaly.training import TrainingError, baseline_pl
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.spark.session import host_session
+from tidelake.streaming.storage.location import Location
+from tidelake.streaming.storage.uri import join
 
 MODEL_KEY = dg.AssetKey(["models", "call_anomaly_model"])
 PLOTS = "call_anomaly_model_plots"
@@ -39,7 +41,7 @@ class TrainingConfig(dg.Config):
 
 
 def build_anomaly_model_asset(flow: FlowSpec, settings: EngineSettings) -> dg.AssetsDefinition:
-    lake = settings.lake.resolve()
+    lake = settings.lake
 
     @dg.asset(
         key=MODEL_KEY,
@@ -54,7 +56,7 @@ def build_anomaly_model_asset(flow: FlowSpec, settings: EngineSettings) -> dg.As
         description="Baselines of calls per minute, failure rate and duration per account and "
         "region and hour of the week, trained on the days before the date and evaluated on the "
         "date with injected incidents. The streaming detector uses the newest version.",
-        metadata={"dagster/uri": str(lake / MODEL_TABLE), "versions": str(lake / VERSIONS_TABLE)},
+        metadata={"dagster/uri": join(lake, MODEL_TABLE), "versions": join(lake, VERSIONS_TABLE)},
     )
     def call_anomaly_model(
         context: dg.AssetExecutionContext, config: TrainingConfig
@@ -75,8 +77,7 @@ def build_anomaly_model_asset(flow: FlowSpec, settings: EngineSettings) -> dg.As
             )
             return
         png = baseline_plot(trained)
-        plot_path = lake / PLOTS / f"{trained.info.version}.png"
-        plot_path.parent.mkdir(parents=True, exist_ok=True)
+        plot_path = Location(join(lake, PLOTS, f"{trained.info.version}.png"))
         plot_path.write_bytes(png)
         info = trained.info
         yield dg.MaterializeResult(

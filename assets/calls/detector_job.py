@@ -42,7 +42,7 @@ def detector_asset_specs(flow: FlowSpec, settings: EngineSettings) -> list[dg.As
             kinds={"spark", "delta"},
             description=description,
             metadata={
-                "dagster/uri": str(settings.table_path(ANOMALIES_TABLE)),
+                "dagster/uri": settings.table_uri(ANOMALIES_TABLE),
                 "dagster/column_schema": column_schema(ANOMALY_SCHEMA),
             },
         ),

@@ -14,8 +14,8 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
-from deltalake import DeltaTable
 
+from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.flow.contract import contract_expectations
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.flow.table_schema import table_schema
@@ -60,7 +60,7 @@ class PartitionValidation:
 
 def read_partition(table_uri: str, flow: FlowSpec, day: str) -> pa.Table:
     """The rows of one date in the table's current snapshot."""
-    return DeltaTable(table_uri).to_pyarrow_table(partitions=[(flow.partition_column, "=", day)])
+    return open_table(table_uri).to_pyarrow_table(partitions=[(flow.partition_column, "=", day)])
 
 
 def validate_partition(table_uri: str, flow: FlowSpec, day: str) -> PartitionValidation:

@@ -39,8 +39,8 @@ Verdict = tuple[bool, str, dict[str, Any]]
 def build_quality_checks(flow: FlowSpec, settings: EngineSettings) -> list[Any]:
     key = table_key(flow)
     partitions = daily_partitions(flow)
-    uri = str(settings.table_path(flow.table))
-    quarantine_uri = str(settings.table_path(flow.quarantine_table))
+    uri = settings.table_uri(flow.table)
+    quarantine_uri = settings.table_uri(flow.quarantine_table)
 
     def expectations_verdict(day: str) -> Verdict:
         result = validate_partition(uri, flow, day)

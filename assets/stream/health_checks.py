@@ -23,7 +23,7 @@ def build_stream_checks(
     flow: FlowSpec, settings: EngineSettings, policy: SupervisorPolicy
 ) -> dg.AssetChecksDefinition:
     key = table_key(flow)
-    checkpoint = str(settings.checkpoint_path(flow.name))
+    checkpoint = settings.checkpoint_uri(flow.name)
 
     @dg.multi_asset_check(
         name=f"{flow.name}_stream_health",

@@ -51,8 +51,8 @@ def build_supervisor_sensor(
     policy: SupervisorPolicy,
     interval_s: int = 20,
 ) -> dg.SensorDefinition:
-    checkpoint = str(settings.checkpoint_path(flow.name))
-    table_uri = str(settings.table_path(flow.table))
+    checkpoint = settings.checkpoint_uri(flow.name)
+    table_uri = settings.table_uri(flow.table)
 
     def observe(
         context: dg.SensorEvaluationContext,

@@ -71,7 +71,7 @@ def flow_asset_specs(flow: FlowSpec, settings: EngineSettings) -> list[dg.AssetS
         partitions_def=daily_partitions(flow),
         freshness_policy=daily_freshness(flow),
         metadata={
-            "dagster/uri": str(settings.table_path(flow.table)),
+            "dagster/uri": settings.table_uri(flow.table),
             "dagster/column_schema": column_schema(schema),
             "partition_column": flow.partition_column,
             "event_time_field": flow.event_time_field,
@@ -91,7 +91,7 @@ def flow_asset_specs(flow: FlowSpec, settings: EngineSettings) -> list[dg.AssetS
         kinds={"spark", "delta"},
         owners=owners,
         metadata={
-            "dagster/uri": str(settings.table_path(flow.quarantine_table)),
+            "dagster/uri": settings.table_uri(flow.quarantine_table),
             "partition_column": flow.partition_column,
         },
     )

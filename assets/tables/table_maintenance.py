@@ -36,7 +36,7 @@ class VacuumConfig(dg.Config):
 
 def build_compaction_asset(flow: FlowSpec, settings: EngineSettings) -> dg.AssetsDefinition:
     """Compacts one date of the table; runs by itself once the date is closed."""
-    uri = str(settings.table_path(flow.table))
+    uri = settings.table_uri(flow.table)
 
     @dg.asset(
         key=compaction_key(flow),
@@ -77,8 +77,8 @@ def build_compaction_asset(flow: FlowSpec, settings: EngineSettings) -> dg.Asset
 
 def build_vacuum_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefinition:
     tables = {
-        table_key(flow): str(settings.table_path(flow.table)),
-        quarantine_key(flow): str(settings.table_path(flow.quarantine_table)),
+        table_key(flow): settings.table_uri(flow.table),
+        quarantine_key(flow): settings.table_uri(flow.quarantine_table),
     }
 
     @dg.op(name=f"vacuum_{flow.name}", pool=table_pool(flow))

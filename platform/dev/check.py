@@ -40,7 +40,7 @@ def check_dev(
         job = stream_job_name(flow)
         run = wait_for(partial(_started_run, web, job), timeout_s, f"a STARTED run of {job}")
         report(f"stream run {run['runId']}: STARTED")
-        uri = str(settings.table_path(flow.table))
+        uri = settings.table_uri(flow.table)
         rows = wait_for(partial(_rows, uri, flow), timeout_s, f"rows in {uri}")
         report(f"table {flow.table}: {rows} rows in {uri}")
 

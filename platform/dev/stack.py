@@ -25,12 +25,13 @@ from pathlib import Path
 
 from tidelake.platform.dev.dagster_web import DagsterWeb, DagsterWebError
 from tidelake.platform.local.kafka_broker import broker_state_file, kept_data_dir, recorded_broker
+from tidelake.platform.local.s3_server import LocalS3Server
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.errors import ConfigError, TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.admin import check_reachable, ensure_flow_topics
 from tidelake.streaming.kafka.broker_state import running_broker
-from tidelake.streaming.settings import kafka_client_config
+from tidelake.streaming.settings import host_settings, kafka_client_config
 from tidelake.streaming.stream.status import first_record_date, kafka_ends
 
 log = logging.getLogger(__name__)
@@ -59,11 +60,16 @@ class DevOptions:
     """The call_events producer injects a 5-minute incident this often."""
     ingest_port: int = 50051
     """Port of the gRPC ingest service (call_events' demo events go through it)."""
+    s3: bool = False
+    """Keep the lake and the checkpoints on a local S3 server (SeaweedFS, its data under
+    $TIDELAKE_HOME/s3) instead of local folders."""
     project: Path = Path("pyproject.toml")
     """The repository's pyproject.toml, whose [tool.dg] table `dg dev` reads from the cwd."""
 
 
 POSTGRES_URL_VARIABLE = "TIDELAKE_DAGSTER_POSTGRES_URL"
+CLIENT_ENV_FILE = "client.env"
+"""Under $TIDELAKE_HOME/s3 while `tidelake dev --s3` runs: the settings of a client of its lake."""
 _COMPOSED = (
     "# written by tidelake dev: platform/dev/dagster.yaml and platform/dev/dagster_postgres.yaml\n"
 )
@@ -124,6 +130,8 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
             env.setdefault("TIDELAKE_CREATE_TOPICS", "true")
             if sys.prefix != sys.base_prefix:  # `make dev` runs .venv/bin/tidelake unactivated;
                 env.setdefault("VIRTUAL_ENV", sys.prefix)  # dg warns unless it is the active one
+            if options.s3:
+                env.update(stack.enter_context(_s3(env)))
             env["KAFKA_BOOTSTRAP_SERVERS"] = stack.enter_context(_kafka(env))
             conf = kafka_client_config(env)
             check_reachable(conf)
@@ -168,6 +176,33 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
 
 def _say(message: str) -> None:
     print(f"tidelake dev: {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _s3(env: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    """A local S3 server (data kept under $TIDELAKE_HOME/s3) and the settings that put the lake
+    and the checkpoints on it. A client in another shell (`tidelake dev-check`, DuckDB, a
+    backfill from the command line) takes them from a 0600 file: the key is never printed."""
+    home = host_settings().home.resolve()
+    with LocalS3Server(data_dir=home / "s3") as server:
+        settings = {
+            **server.env(),
+            "TIDELAKE_LAKE": server.uri("lake"),
+            "TIDELAKE_CHECKPOINTS": server.uri("checkpoints"),
+        }
+        client_env = home / "s3" / CLIENT_ENV_FILE
+        fd = os.open(client_env, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as file:
+            file.writelines(f"export {name}={value}\n" for name, value in settings.items())
+        _say(
+            f"S3 server (SeaweedFS) at {server.endpoint_url}, bucket {server.bucket}, data in "
+            f"{home / 's3'}; lake {settings['TIDELAKE_LAKE']}. Another shell reaches it with "
+            f"`source {client_env}`"
+        )
+        try:
+            yield settings
+        finally:
+            client_env.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
-import os
 import shutil
 import signal
 import socket
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
 
+from tidelake.platform.local.process_group import signal_group, stop_group
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.kafka import broker_state as kafka_broker_state
 from tidelake.streaming.kafka.broker_state import running_broker, write_broker_state
@@ -195,7 +195,7 @@ class LocalKafkaBroker:
         launch() brings the same node back."""
         process, self._process = self._process, None
         if process is not None:
-            _signal_group(process.pid, signal.SIGKILL)
+            signal_group(process.pid, signal.SIGKILL)
             process.wait()
 
     def stop(self) -> None:
@@ -372,16 +372,8 @@ class LocalKafkaBroker:
 
     def _kill_process(self) -> None:
         process, self._process = self._process, None
-        if process is None:
-            return
-        if process.poll() is None:
-            _signal_group(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=self._stop_grace_s)
-            except subprocess.TimeoutExpired:
-                _signal_group(process.pid, signal.SIGKILL)
-                process.wait()
-        _signal_group(process.pid, signal.SIGKILL)  # anything left in its group
+        if process is not None:
+            stop_group(process, self._stop_grace_s)
 
     def log_tail(self) -> str:
         """The end of the broker's log, for error messages."""
@@ -475,11 +467,6 @@ def _accepts_connections(port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
 
 
 @atexit.register

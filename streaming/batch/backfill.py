@@ -23,9 +23,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
 
-from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -34,6 +32,7 @@ from tidelake.streaming.delta.commit import replace_partitions
 from tidelake.streaming.delta.evolution import SchemaChangeError, evolve_table
 from tidelake.streaming.delta.files import write_data_files
 from tidelake.streaming.delta.progress import table_progress
+from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.delta.write import good_rows
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
@@ -42,6 +41,7 @@ from tidelake.streaming.kafka.read import read_records
 from tidelake.streaming.records.decode import decode_records
 from tidelake.streaming.records.dedup import drop_repeats_in_batch
 from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.storage.location import Location
 from tidelake.streaming.stream.status import written_position
 
 log = logging.getLogger(__name__)
@@ -119,10 +119,10 @@ def plan_backfill(
 
 def stream_position(flow: FlowSpec, settings: EngineSettings) -> tuple[int, Offsets]:
     """(table version V, offsets the stream had committed at V) from the table and checkpoint."""
-    uri = str(settings.table_path(flow.table))
-    checkpoint = Path(settings.checkpoint_path(flow.name))
+    uri = settings.table_uri(flow.table)
+    checkpoint = settings.checkpoint_uri(flow.name)
     try:
-        table = DeltaTable(uri)
+        table = open_table(uri)
     except TableNotFoundError:
         raise BackfillError(
             f"table {uri} does not exist yet: start the {flow.name} stream, which creates it "
@@ -130,10 +130,10 @@ def stream_position(flow: FlowSpec, settings: EngineSettings) -> tuple[int, Offs
         ) from None
     try:
         if evolve_table(flow, uri).changed:
-            table = DeltaTable(uri)
+            table = open_table(uri)
     except SchemaChangeError as exc:
         raise BackfillError(str(exc)) from None
-    if not (checkpoint / "metadata").exists():
+    if not (Location(checkpoint) / "metadata").exists():
         raise BackfillError(
             f"no stream checkpoint in {checkpoint}: a backfill rebuilds what the {flow.name} "
             "stream has read, so start the stream first"
@@ -215,7 +215,7 @@ def run_backfill(
     # the stream's decode and rules, then its deduplication
     decoded = drop_repeats_in_batch(decode_records(records, flow, kafka_conf), flow)
     rows = good_rows(decoded, flow).where(F.col(flow.partition_column).isin(*plan.dates))
-    uri = str(settings.table_path(flow.table))
+    uri = settings.table_uri(flow.table)
     files = write_data_files(rows, uri, flow.partition_column, "backfill")
     replace_partitions(
         uri,

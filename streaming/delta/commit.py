@@ -11,18 +11,22 @@ exactly the table's partition values.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, CommitProperties, Transaction
 
-from tidelake.streaming.delta.files import DataFile, table_filesystem
+from tidelake.streaming.delta.files import DataFile
+from tidelake.streaming.delta.tables import open_table, write_table
 from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.storage.location import delta_storage_options, filesystem
+from tidelake.streaming.storage.uri import is_object_store
 
 log = logging.getLogger(__name__)
 
@@ -73,16 +77,22 @@ def _table_key(
 
 def create_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str]) -> DeltaTable:
     """An empty table (its folder too); a concurrent creator's table is kept as it is."""
-    fs, root = table_filesystem(table_uri)
-    fs.create_dir(root, recursive=True)
-    DeltaTable.create(table_uri, schema, mode="ignore", partition_by=list(partition_by) or None)
-    return DeltaTable(table_uri)
+    if not is_object_store(table_uri):
+        os.makedirs(table_uri, exist_ok=True)
+    DeltaTable.create(
+        table_uri,
+        schema,
+        mode="ignore",
+        partition_by=list(partition_by) or None,
+        storage_options=delta_storage_options(table_uri),
+    )
+    return open_table(table_uri)
 
 
 def ensure_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str]) -> DeltaTable:
     """Open the table, creating it empty if missing; refuse a schema or layout mismatch."""
     try:
-        table = DeltaTable(table_uri)
+        table = open_table(table_uri)
     except TableNotFoundError:
         table = create_table(table_uri, schema, partition_by)
     existing = table.metadata().partition_columns
@@ -126,14 +136,14 @@ def table_transaction(table_uri: str, app_id: str) -> int | None:
     """The newest version of an application transaction the table records, None if none (or no
     table yet)."""
     try:
-        return DeltaTable(table_uri).transaction_version(app_id)
+        return open_table(table_uri).transaction_version(app_id)
     except TableNotFoundError:
         return None
 
 
 def validate_files(table_uri: str, files: Sequence[DataFile], partition_by: Sequence[str]) -> None:
     """Reject anything that would corrupt the table if committed."""
-    fs, root = table_filesystem(table_uri)
+    fs, root = filesystem(table_uri)
     seen: set[str] = set()
     infos = fs.get_file_info([f"{root}/{f.path}" for f in files])
     for f, info in zip(files, infos, strict=True):
@@ -192,7 +202,7 @@ def commit_files(
             log.warning("%s: commit attempt %s failed: %s", table_uri, attempt, exc)
             if attempt == _COMMIT_ATTEMPTS:
                 raise
-            table = _open_tables[_table_key(table_uri, schema, partition_by)] = DeltaTable(
+            table = _open_tables[_table_key(table_uri, schema, partition_by)] = open_table(
                 table_uri
             )
             continue
@@ -216,7 +226,7 @@ def append_rows_once(
         if _committed_already(table_transaction(table_uri, app_id), table_uri, app_id, version):
             return False
         try:
-            write_deltalake(
+            write_table(
                 table_uri,
                 rows,
                 mode="append",
@@ -267,8 +277,8 @@ def replace_partitions(
     wrong = {f.partition_values.get(partition_column) for f in files} - set(values)
     if wrong:
         raise DeltaCommitError(f"{table_uri}: files outside the replaced partitions: {wrong}")
-    table = DeltaTable(table_uri, version=read_version)
-    schema = DeltaTable(table_uri).schema()
+    table = open_table(table_uri, version=read_version)
+    schema = open_table(table_uri).schema()
     actions = [
         AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats)
         for f in files
@@ -283,7 +293,7 @@ def replace_partitions(
             custom_metadata={"tidelake.replaced": ",".join(values), "tidelake.read": read_version}
         ),
     )
-    latest = DeltaTable(table_uri)
+    latest = open_table(table_uri)
     return CommitResult(
         table_uri, latest.version(), len(files), sum(f.num_records for f in files), skipped=False
     )

@@ -28,12 +28,13 @@ from typing import Literal
 
 import pyarrow as pa
 import pyarrow.dataset as pads
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from deltalake.schema import Field as DeltaField
 from google.protobuf.descriptor import FieldDescriptor
 
 from tidelake.streaming.delta.commit import create_table, same_column_type
+from tidelake.streaming.delta.tables import open_table, write_table
 from tidelake.streaming.errors import SetupError
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.flow.table_schema import COMMENT_KEY, column_doc, table_schema
@@ -119,7 +120,7 @@ def evolve_table(flow: FlowSpec, table_uri: str) -> TableEvolution:
     raises SchemaChangeError, before changing anything, for a change it cannot follow."""
     want = contract_schema(flow)
     try:
-        table = DeltaTable(table_uri)
+        table = open_table(table_uri)
     except TableNotFoundError:
         create_table(table_uri, want, [flow.partition_column])
         return TableEvolution(created=True)
@@ -147,7 +148,7 @@ def evolve_table(flow: FlowSpec, table_uri: str) -> TableEvolution:
     }
     if widened:
         _rewrite_wider(table, flow, want, [f.name for f in widened])
-        table = DeltaTable(table_uri)
+        table = open_table(table_uri)
         for f in widened:  # the rewrite wrote their contracts and docs
             restamped.pop(f.name, None)
     restamped = {name: metadata for name, metadata in restamped.items() if metadata}
@@ -257,7 +258,7 @@ def _rewrite_wider(table: DeltaTable, flow: FlowSpec, want: pa.Schema, columns: 
     target = pa.schema([want.field(f.name) if f.name in columns else f for f in current])
     dataset: pads.Dataset = table.to_pyarrow_dataset()
     log.warning("rewriting %s to widen %s", table.table_uri, columns)
-    write_deltalake(
+    write_table(
         table.table_uri,
         pa.RecordBatchReader.from_batches(
             target,

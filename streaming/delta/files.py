@@ -21,6 +21,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
+from tidelake.streaming.storage.location import filesystem
+
 _STRING_STATS_MAX_LEN = 32  # Delta truncates longer strings; we skip them instead of guessing
 
 
@@ -34,14 +36,6 @@ class DataFile:
     modification_time: int  # ms
     num_records: int
     stats: str
-
-
-def table_filesystem(table_uri: str) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem and root path of a table URI or local path."""
-    if "://" in table_uri:
-        filesystem, path = pafs.FileSystem.from_uri(table_uri)
-        return filesystem, str(path)
-    return pafs.LocalFileSystem(), str(table_uri)
 
 
 @dataclass
@@ -115,7 +109,7 @@ def write_data_files(
     described from their Parquet footers. Nothing is visible to readers until a Delta commit
     names the files; an uncommitted file (a crash before the commit) is left for vacuum.
     """
-    fs, root = table_filesystem(table_uri)
+    fs, root = filesystem(table_uri)
     staging = f"{STAGING_FOLDER}/{label}-{uuid.uuid4().hex[:12]}"
     (
         rows.write.mode("errorifexists")
@@ -148,7 +142,7 @@ def write_arrow_files(
 ) -> list[DataFile]:
     """Write a few rows that already sit in the driver as data files of the table (one per
     partition value, Spark's `name=value` folders), uncommitted, like write_data_files."""
-    fs, root = table_filesystem(table_uri)
+    fs, root = filesystem(table_uri)
     files: list[DataFile] = []
     for value in pc.unique(rows[partition_column]).to_pylist():
         part = rows.filter(pc.equal(rows[partition_column], value)).drop_columns(partition_column)

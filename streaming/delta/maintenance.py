@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from deltalake import DeltaTable, WriterProperties
 
 from tidelake.streaming.delta.progress import snapshot_progress
+from tidelake.streaming.delta.tables import open_table
 
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
 MIN_VACUUM_RETENTION_HOURS = 168
@@ -53,7 +54,7 @@ def compact_partition(
 ) -> CompactionResult:
     """Rewrite the small files of one partition into files of about target_file_bytes."""
     started = time.monotonic()
-    table = DeltaTable(table_uri)
+    table = open_table(table_uri)
     before = partition_files(table, column, value)
     if before.files > 1:
         table.optimize.compact(
@@ -79,7 +80,7 @@ def vacuum_table(table_uri: str, retention_hours: int = MIN_VACUUM_RETENTION_HOU
     then checkpoint the log and drop log entries older than the log retention."""
     if retention_hours < 0:
         raise ValueError(f"retention_hours must be >= 0, got {retention_hours}")
-    table = DeltaTable(table_uri)
+    table = open_table(table_uri)
     removed = table.vacuum(
         retention_hours=retention_hours,
         dry_run=False,

@@ -12,6 +12,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.flow.spec import FlowSpec
 
 
@@ -36,7 +37,7 @@ class TableProgress:
 def table_progress(table_uri: str, flow: FlowSpec) -> TableProgress | None:
     """Rows, files and bytes per date partition; None if the table does not exist."""
     try:
-        table = DeltaTable(table_uri)
+        table = open_table(table_uri)
     except TableNotFoundError:
         return None
     return snapshot_progress(table, flow.partition_column)

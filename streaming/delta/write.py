@@ -25,7 +25,6 @@ import json
 import logging
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Observation, Row
@@ -38,6 +37,7 @@ from tidelake.streaming.delta.files import write_arrow_files, write_data_files
 from tidelake.streaming.flow.engine_columns import ERROR_COLUMN
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.flow.table_schema import quarantine_columns, table_columns
+from tidelake.streaming.storage.location import Location
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class MicroBatchWriter:
     def app_id(self) -> str:
         """From the checkpoint's metadata, which Spark writes before the first batch."""
         if self._app_id is None:
-            metadata = Path(self.checkpoint) / "metadata"
+            metadata = Location(self.checkpoint) / "metadata"
             self._app_id = app_id(json.loads(metadata.read_text())["id"])
         return self._app_id
 

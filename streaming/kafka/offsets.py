@@ -206,7 +206,8 @@ def list_offsets(
         return found
 
     # a partition whose leader is still being elected (a topic just created, a broker restarted)
-    # answers NOT_LEADER for a moment: ask again until timeout_s
+    # answers NOT_LEADER, or an epoch the broker does not know yet, for a moment: ask again
+    # until timeout_s
     retrying = Retrying(
         retry=retry_if_exception(_leader_moving),
         stop=stop_after_delay(timeout_s),
@@ -224,6 +225,8 @@ def list_offsets(
 _LEADER_MOVING = {
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.FENCED_LEADER_EPOCH,
 }
 
 

@@ -13,13 +13,12 @@ the same place.
 from __future__ import annotations
 
 import logging
-import shutil
 import time
-from pathlib import Path
 
-from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from tidelake.streaming.delta.tables import open_table
+from tidelake.streaming.storage.location import Location
 from tidelake.streaming.stream.status import written_position
 
 log = logging.getLogger(__name__)
@@ -27,38 +26,38 @@ log = logging.getLogger(__name__)
 START_OFFSETS_FILE = "tidelake-start-offsets.json"
 
 
-def lacks_state(checkpoint: str | Path) -> bool:
+def lacks_state(checkpoint: str) -> bool:
     """True if the checkpoint has committed batches but no state (written by a stateless query)."""
-    root = Path(checkpoint)
-    commits = root / "commits"
-    has_commits = commits.is_dir() and any(p.name.isdigit() for p in commits.iterdir())
+    root = Location(checkpoint)
+    has_commits = any(name.isdigit() for name in (root / "commits").names())
     return has_commits and not (root / "state").exists()
 
 
-def start_new_checkpoint(checkpoint: str | Path, *table_uris: str, reason: str) -> Path:
+def start_new_checkpoint(checkpoint: str, *table_uris: str, reason: str) -> Location:
     """Retire the checkpoint (renamed, never deleted) and pin the new one's start at the newest
     batch any of the tables (main, quarantine) holds; returns the retired folder.
 
     The new checkpoint is staged beside the old one with its pin, then swapped in, so a crash at
     any point leaves either the old checkpoint or a pinned new one (see recover_upgrade).
     """
-    root = Path(checkpoint)
+    root = Location(checkpoint)
     tables = []
     for uri in table_uris:
         try:
-            tables.append(DeltaTable(uri))
+            tables.append(open_table(uri))
         except TableNotFoundError:
             continue
-    written = written_position(root, *tables)
+    written = written_position(root.uri, *tables)
     staged = root.with_name(f"{root.name}.new")
-    shutil.rmtree(staged, ignore_errors=True)
-    staged.mkdir(parents=True)
+    staged.delete_tree()
+    # the staged folder exists once it holds a file; the pin is written whole (a rename
+    # locally, one PUT on S3) so a crash never leaves half of it
+    (staged / "tidelake-staged").write_text("")
     if written is not None:
-        pin = staged / START_OFFSETS_FILE
-        pin.with_suffix(".tmp").write_text(written)
-        pin.with_suffix(".tmp").rename(pin)
+        (staged / START_OFFSETS_FILE).write_text(written)
     retired = root.with_name(f"{root.name}.retired-{time.strftime('%Y%m%dT%H%M%S')}")
-    root.rename(retired)
+    if root.is_dir():
+        root.rename(retired)
     staged.rename(root)
     log.warning(
         "checkpoint %s is retired (%s); it is kept as %s and the stream starts a new one at %s",
@@ -70,17 +69,17 @@ def start_new_checkpoint(checkpoint: str | Path, *table_uris: str, reason: str) 
     return retired
 
 
-def recover_upgrade(checkpoint: str | Path) -> None:
+def recover_upgrade(checkpoint: str) -> None:
     """Finish an upgrade that stopped between retiring the old checkpoint and swapping in the
     staged one."""
-    root = Path(checkpoint)
+    root = Location(checkpoint)
     staged = root.with_name(f"{root.name}.new")
-    if not root.exists() and staged.is_dir():
+    if not root.is_dir() and staged.is_dir():
         staged.rename(root)
         log.warning("finished moving the staged checkpoint %s into place", root)
 
 
-def pinned_start(checkpoint: str | Path) -> str | None:
+def pinned_start(checkpoint: str) -> str | None:
     """The startingOffsets JSON pinned by start_new_checkpoint, if any."""
-    path = Path(checkpoint) / START_OFFSETS_FILE
+    path = Location(checkpoint) / START_OFFSETS_FILE
     return path.read_text() if path.exists() else None

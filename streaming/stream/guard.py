@@ -11,17 +11,16 @@ to start on either, with both positions named and the way forward.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from tidelake.streaming.delta.files import table_filesystem
+from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.delta.write import app_id
 from tidelake.streaming.errors import SetupError
+from tidelake.streaming.storage.location import Location, filesystem
 from tidelake.streaming.stream.status import committed_batch
 
 
@@ -29,17 +28,17 @@ class StreamGuardError(SetupError, RuntimeError):
     """The stream must not start on this checkpoint and table; the message says what to do."""
 
 
-def check_checkpoint_readable(flow_name: str, topic: str, checkpoint: str | Path) -> None:
+def check_checkpoint_readable(flow_name: str, topic: str, checkpoint: str) -> None:
     """Refuse a checkpoint whose metadata or offset log does not parse (Spark would fail on it
     with a JSON parser's stack trace, and starting over would write every record again)."""
-    root = Path(checkpoint)
+    root = Location(checkpoint)
     if not (root / "metadata").exists():
         return
     try:
         query_id = json.loads((root / "metadata").read_text())["id"]
         if not isinstance(query_id, str):
             raise ValueError(f"query id {query_id!r} is not a string")
-        committed_batch(root, topic)
+        committed_batch(checkpoint, topic)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise StreamGuardError(
             f"the {flow_name} checkpoint {root} is damaged ({type(exc).__name__}: {exc}). "
@@ -49,17 +48,17 @@ def check_checkpoint_readable(flow_name: str, topic: str, checkpoint: str | Path
 
 
 def check_checkpoint_matches_table(
-    flow_name: str, topic: str, checkpoint: str | Path, table_uri: str
+    flow_name: str, topic: str, checkpoint: str, table_uri: str
 ) -> None:
     """Refuse when the table holds fewer batches of this checkpoint's query than the checkpoint
     says are done, or more than the checkpoint can account for."""
-    root = Path(checkpoint)
-    done = committed_batch(root, topic)
+    root = Location(checkpoint)
+    done = committed_batch(checkpoint, topic)
     if done is None:
         return
     query_id = json.loads((root / "metadata").read_text())["id"]
     try:
-        table = DeltaTable(table_uri)
+        table = open_table(table_uri)
     except TableNotFoundError:
         raise StreamGuardError(
             f"the {flow_name} checkpoint {root} has committed batch {done.batch_id}, but there is "
@@ -86,14 +85,14 @@ def check_checkpoint_matches_table(
 def check_table_files_exist(flow_name: str, table_uri: str) -> None:
     """Refuse when the table's current snapshot names data files that are gone."""
     try:
-        table = DeltaTable(table_uri)
+        table = open_table(table_uri)
     except TableNotFoundError:
         return
     actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
     paths = actions.get("path", [])
     if not paths:
         return
-    fs, root = table_filesystem(table_uri)
+    fs, root = filesystem(table_uri)
     infos = fs.get_file_info([f"{root}/{p}" for p in paths])
     missing = [
         p for p, info in zip(paths, infos, strict=True) if info.type == pafs.FileType.NotFound

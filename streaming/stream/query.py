@@ -56,15 +56,15 @@ class FlowStream:
 
     @property
     def table_uri(self) -> str:
-        return str(self.settings.table_path(self.flow.table))
+        return self.settings.table_uri(self.flow.table)
 
     @property
     def quarantine_uri(self) -> str:
-        return str(self.settings.table_path(self.flow.quarantine_table))
+        return self.settings.table_uri(self.flow.quarantine_table)
 
     @property
     def checkpoint(self) -> str:
-        return str(self.settings.checkpoint_path(self.flow.name))
+        return self.settings.checkpoint_uri(self.flow.name)
 
     def preflight(self, *, restart_from_table: bool = False) -> None:
         """Fail fast, before Spark starts: a lake or checkpoint folder that cannot be written, a
@@ -76,7 +76,7 @@ class FlowStream:
         restart_from_table retires the checkpoint and starts a new one where the table's last
         batch ended: the documented way forward after a table was restored from a copy.
         """
-        self.settings.require_usable_folders()
+        self.settings.require_usable_storage()
         if self.settings.create_topics:
             ensure_topic(self.kafka_conf, self.flow.topic, self.flow.topic_partitions)
         require_topic(self.kafka_conf, self.flow.topic)

@@ -12,12 +12,12 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
 
 from deltalake import DeltaTable
 
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.offsets import PartitionEnds, from_json_offsets
+from tidelake.streaming.storage.location import Location
 
 
 @dataclass(frozen=True)
@@ -30,13 +30,13 @@ class CommittedBatch:
     committed_at: datetime
 
 
-def committed_batch(checkpoint: str | Path, topic: str) -> CommittedBatch | None:
+def committed_batch(checkpoint: str, topic: str) -> CommittedBatch | None:
     """The checkpoint's newest committed batch, or None before the first commit.
 
     A batch is committed once `commits/<id>` exists; its end offsets are the source line of
     `offsets/<id>` (Spark's offset log: version, metadata, then one line per source).
     """
-    root = Path(checkpoint)
+    root = Location(checkpoint)
     commits = _batch_files(root / "commits")
     for batch_id in sorted(commits, reverse=True):
         offsets_file = root / "offsets" / str(batch_id)
@@ -46,16 +46,15 @@ def committed_batch(checkpoint: str | Path, topic: str) -> CommittedBatch | None
         if len(lines) < 3:
             continue
         ends = from_json_offsets(lines[2])
-        stamp = commits[batch_id].stat().st_mtime
         return CommittedBatch(
             batch_id=batch_id,
             offsets={p: o for (t, p), o in ends.items() if t == topic},
-            committed_at=datetime.fromtimestamp(stamp, UTC),
+            committed_at=commits[batch_id].modified_at(),
         )
     return None
 
 
-def written_position(checkpoint: str | Path, *tables: DeltaTable) -> str | None:
+def written_position(checkpoint: str, *tables: DeltaTable) -> str | None:
     """End offsets (the offset log's JSON) of the newest batch of this checkpoint's query that
     any of the tables holds, or None if they hold none.
 
@@ -63,7 +62,7 @@ def written_position(checkpoint: str | Path, *tables: DeltaTable) -> str | None:
     it writes; its version is the batch id. This is the tables' word, so a batch written but not
     yet marked committed in the checkpoint counts.
     """
-    root = Path(checkpoint)
+    root = Location(checkpoint)
     try:
         query_id = json.loads((root / "metadata").read_text())["id"]
     except (OSError, ValueError, KeyError):
@@ -76,10 +75,8 @@ def written_position(checkpoint: str | Path, *tables: DeltaTable) -> str | None:
     return lines[2]
 
 
-def _batch_files(folder: Path) -> dict[int, Path]:
-    if not folder.is_dir():
-        return {}
-    return {int(p.name): p for p in folder.iterdir() if p.name.isdigit()}
+def _batch_files(folder: Location) -> dict[int, Location]:
+    return {int(name): folder / name for name in folder.names() if name.isdigit()}
 
 
 @dataclass(frozen=True)

@@ -172,7 +172,7 @@ class Platform:
 
     @property
     def table_uri(self) -> str:
-        return str(self.settings.table_path(CALL_EVENTS.table))
+        return self.settings.table_uri(CALL_EVENTS.table)
 
     def table_keys(self) -> list[str]:
         try:

@@ -75,7 +75,7 @@ class Stack:
 
     @property
     def table_uri(self) -> str:
-        return str(self.settings.table_path(CALL_EVENTS.table))
+        return self.settings.table_uri(CALL_EVENTS.table)
 
     def wait_for_rows(self, rows: int, timeout_s: float = 120) -> None:
         def probe() -> bool | None:
@@ -182,7 +182,7 @@ def test_events_land_exactly_once(stack: Stack) -> None:
     table = read_delta(stack.table_uri)
     assert sorted(table.column("call_sid").to_pylist()) == sorted(report.keys)
     assert Counter(d.isoformat() for d in table.column("date").to_pylist()) == report.by_date
-    quarantine = str(stack.settings.table_path(CALL_EVENTS.quarantine_table))
+    quarantine = stack.settings.table_uri(CALL_EVENTS.quarantine_table)
     assert duckdb_query(f"select count(*) from delta_scan('{quarantine}')") == [(report.malformed,)]
 
 
@@ -492,7 +492,7 @@ def test_a_flow_added_to_the_running_platform_streams_after_a_reload(stack: Stac
     said: list[str] = []
     check_dev(stack.web, [flow], stack.settings, 180, said.append)
     assert said[-1].startswith(f"table {flow.table}: ")
-    uri = str(stack.settings.table_path(flow.table))
+    uri = stack.settings.table_uri(flow.table)
     wait_for(
         lambda: True if read_delta(uri).num_rows == report.good else None,
         120,

@@ -14,6 +14,7 @@ from confluent_kafka import Producer
 from kafka_topics import read_values
 from lake_readers import read_delta
 from pyspark.sql import functions as F
+from stores import ON_BOTH_STORES
 
 from tidelake.protos.anomaly_pb2 import CallAnomaly
 from tidelake.protos.call_pb2 import CallEvent
@@ -49,7 +50,7 @@ def save_version(spark: Any, settings: Any, version: int, start_ms: int) -> None
     events = spark.createDataFrame(rows).withColumn("event_time", F.timestamp_millis("event_time"))
     baselines = train_baselines(minute_windows(events)).toPandas()
     info = ModelInfo(version, "-", "-", ["-"], day="2026-11-20")
-    save_model(settings.lake.resolve(), baselines, info)
+    save_model(settings.lake, baselines, info)
 
 
 class RunningDetector:
@@ -109,6 +110,7 @@ def send_burst(
         )
 
 
+@ON_BOTH_STORES
 def test_finds_incidents_reloads_models_and_restarts_at_the_latest_offsets(
     spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any, alerts_topic: str
 ) -> None:

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from lake_readers import delta_version, duckdb_query, read_delta
 from live_stream import produce_and_stream, run_available_now
 from process_states import kill_tree
+from stores import ON_BOTH_STORES
 
 from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
@@ -27,18 +27,18 @@ pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "tidelake.platform.cli", "stream", "call_events"]
 
 
-def _env(kafka_conf: dict, tmp_path: Path) -> dict[str, str]:
+def _env(kafka_conf: dict, roots: tuple[str, str]) -> dict[str, str]:
     return {
         **os.environ,
         "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
-        "TIDELAKE_LAKE": str(tmp_path / "lake"),
-        "TIDELAKE_CHECKPOINTS": str(tmp_path / "checkpoints"),
+        "TIDELAKE_LAKE": roots[0],
+        "TIDELAKE_CHECKPOINTS": roots[1],
     }
 
 
-def _version(table: Path) -> int:
+def _version(table: str) -> int:
     try:
-        return DeltaTable(str(table)).version()
+        return delta_version(table)
     except TableNotFoundError:
         return -1
 
@@ -50,7 +50,7 @@ def _start(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen:
         )
 
 
-def _wait_for_commit_after(table: Path, version: int, proc: subprocess.Popen, log: Path) -> None:
+def _wait_for_commit_after(table: str, version: int, proc: subprocess.Popen, log: Path) -> None:
     deadline = time.monotonic() + 180
     while _version(table) <= version:
         assert proc.poll() is None, f"stream exited early:\n{log.read_text()[-3000:]}"
@@ -58,12 +58,13 @@ def _wait_for_commit_after(table: Path, version: int, proc: subprocess.Popen, lo
         time.sleep(0.2)
 
 
+@ON_BOTH_STORES
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
-    kafka_conf, call_events_topic, tmp_path
+    kafka_conf, call_events_topic, tmp_path, storage_roots
 ):
-    env = _env(kafka_conf, tmp_path)
+    env = _env(kafka_conf, storage_roots)
     log = tmp_path / "stream.log"
-    table = tmp_path / "lake" / "call_events"
+    table = f"{storage_roots[0]}/call_events"
     seed = random.randrange(1_000_000)
     rng = random.Random(seed)
     produced: list[ProduceReport] = []
@@ -103,13 +104,13 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
     assert len(kills) == 3 and kills[0] < kills[-1], f"seed {seed}: kills at versions {kills}"
     assert len(keys) == len(set(keys)), f"seed {seed}: duplicates after kills at {kills}"
     assert set(keys) == set(report.keys), f"seed {seed}: lost rows after kills at {kills}"
-    assert read_delta(tmp_path / "lake" / "call_events_quarantine").num_rows == report.malformed
+    assert read_delta(f"{storage_roots[0]}/call_events_quarantine").num_rows == report.malformed
 
 
 def test_sigterm_stops_gracefully_and_the_next_run_resumes(kafka_conf, call_events_topic, tmp_path):
-    env = _env(kafka_conf, tmp_path)
+    env = _env(kafka_conf, (str(tmp_path / "lake"), str(tmp_path / "checkpoints")))
     log = tmp_path / "stream.log"
-    table = tmp_path / "lake" / "call_events"
+    table = str(tmp_path / "lake" / "call_events")
     first = produce_demo_events(CALL_EVENTS, kafka_conf, count=500, seed=5, progress=False)
     proc = _start(env, log)
     _wait_for_commit_after(table, -1, proc, log)

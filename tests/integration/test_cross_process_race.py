@@ -1,7 +1,8 @@
 """The stream, backfills, compactions and vacuums as separate processes on one table.
 
-Each process commits to the same Delta log on the local filesystem, as Dagster runs do. Every
-commit must land once (no version written twice, none lost) and every record exactly once.
+Each process commits to the same Delta log, as Dagster runs do: on the local filesystem (an
+atomic rename) and on the S3 server (a conditional PUT). Every commit must land once (no
+version written twice, none lost) and every record exactly once.
 """
 
 from __future__ import annotations
@@ -13,15 +14,16 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from deltalake import DeltaTable
 from lake_readers import read_delta
 from live_stream import BackgroundProducer
+from stores import ON_BOTH_STORES
 
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.delta.tables import open_table
+from tidelake.streaming.storage.location import Location
 
 ROUNDS = 3
 
@@ -29,6 +31,8 @@ BACKFILL = """
 import sys
 from tidelake.streaming.batch.backfill import backfill_dates
 from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.delta.tables import open_table
+from tidelake.streaming.storage.location import Location
 from tidelake.streaming.spark.session import build_spark_session
 from tidelake.streaming.settings import load_engine_settings
 conf = {"bootstrap.servers": sys.argv[1]}
@@ -65,18 +69,20 @@ def _finish(proc: subprocess.Popen[str], name: str) -> None:
     assert proc.returncode == 0, f"{name} failed:\n{out[-3000:]}"
 
 
+@ON_BOTH_STORES
 def test_stream_backfill_compaction_and_vacuum_in_separate_processes(
-    kafka_conf: dict[str, Any], call_events_topic: str, tmp_path: Path
+    kafka_conf: dict[str, Any], call_events_topic: str, storage_roots: tuple[str, str]
 ) -> None:
     flow = CALL_EVENTS
+    lake, checkpoints = storage_roots
     env = {
         **os.environ,
         "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
-        "TIDELAKE_LAKE": str(tmp_path / "lake"),
-        "TIDELAKE_CHECKPOINTS": str(tmp_path / "checkpoints"),
+        "TIDELAKE_LAKE": lake,
+        "TIDELAKE_CHECKPOINTS": checkpoints,
         "TIDELAKE_MAX_OFFSETS_PER_TRIGGER": "500",
     }
-    table = str((tmp_path / "lake" / flow.table).resolve())
+    table = f"{lake}/{flow.table}"
     history = produce_demo_events(
         flow, kafka_conf, count=1500, days=2, seed=31, progress=False, collect_keys=True
     )
@@ -132,13 +138,13 @@ def _wait_for_rows(table: str, rows: int, stream: subprocess.Popen[str]) -> None
 def _assert_every_version_intact(table: str) -> None:
     """Commit files 0..latest all exist and parse, each version loads, and the latest snapshot's
     files exist."""
-    log = Path(table) / "_delta_log"
-    latest = DeltaTable(table).version()
+    log = Location(table) / "_delta_log"
+    latest = open_table(table).version()
     for version in range(latest + 1):
         commit = log / f"{version:020d}.json"
         assert commit.exists(), f"version {version} is missing from the log"
         for line in commit.read_text().splitlines():
             json.loads(line)
-        DeltaTable(table, version=version)
-    for uri in DeltaTable(table).file_uris():
-        assert Path(uri.removeprefix("file://")).exists(), uri
+        open_table(table, version=version)
+    for uri in open_table(table).file_uris():
+        assert Location(uri.removeprefix("file://")).exists(), uri

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
@@ -86,7 +87,7 @@ def test_a_new_field_becomes_a_nullable_column_in_one_commit_without_a_reset(
     v2 = dataclasses.replace(v1, message=PageViewWithCountry, demo_event=with_country)
     old_producer = produce(v1, kafka_conf, 200, seed=2)
     new_producer = produce(v2, kafka_conf, 200, seed=3)
-    checkpoint_id = (engine_settings.checkpoint_path(v1.name) / "metadata").read_text()
+    checkpoint_id = (Path(engine_settings.checkpoint_uri(v1.name)) / "metadata").read_text()
     run_available_now(spark, v2, engine_settings, kafka_conf)
 
     table = DeltaTable(stream.table_uri)
@@ -94,7 +95,7 @@ def test_a_new_field_becomes_a_nullable_column_in_one_commit_without_a_reset(
     schema_commits = [c for c in commits if c.get("tidelake.added_columns")]
     assert [c["tidelake.added_columns"] for c in schema_commits] == ["country,clicks"]
     assert schema_commits[0]["version"] == version_before + 1  # before any row of v2
-    assert (engine_settings.checkpoint_path(v1.name) / "metadata").read_text() == checkpoint_id
+    assert (Path(engine_settings.checkpoint_uri(v1.name)) / "metadata").read_text() == checkpoint_id
 
     rows = read_delta(stream.table_uri).to_pylist()
     by_key = {r["view_id"]: r for r in rows}
@@ -190,7 +191,7 @@ def test_a_breaking_change_is_refused_at_start_naming_the_field(
 ):
     message, spec_changes, expected = REFUSED[change]
     FlowStream(v1, engine_settings, kafka_conf).preflight()  # creates the table of version 1
-    uri = str(engine_settings.table_path(v1.table))
+    uri = engine_settings.table_uri(v1.table)
     version = DeltaTable(uri).version()
     changed = dataclasses.replace(v1, message=message, **spec_changes)
 

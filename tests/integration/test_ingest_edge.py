@@ -61,7 +61,7 @@ def serve(kafka_conf: dict[str, Any], flow: Any, engine_settings: Any) -> Iterat
     started: list[IngestServer] = []
 
     def start(settings: IngestSettings = SETTINGS) -> IngestServer:
-        uri = str(engine_settings.table_path(flow.table))
+        uri = engine_settings.table_uri(flow.table)
         server = start_ingest_server(kafka_conf, uri, settings, flow)
         started.append(server)
         return server
@@ -274,7 +274,7 @@ def test_serve_ends_with_an_error_when_the_service_dies(
 def test_a_damaged_table_is_internal_without_the_servers_paths(
     serve: Any, flow: Any, engine_settings: Any
 ) -> None:
-    table = engine_settings.table_path(flow.table)
+    table = Path(engine_settings.table_uri(flow.table))
     (table / "_delta_log").mkdir(parents=True)
     (table / "_delta_log" / "00000000000000000000.json").write_text("{not json\n")
     server = serve()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,12 +22,14 @@ from kafka_topics import topic_records
 from lake_readers import duckdb_query
 from live_stream import produce_and_stream, run_available_now
 from process_states import paused
+from stores import ON_S3
 from test_decode import decode
 
 from tidelake.platform.calls.ingest_launcher import (
     SERVICE_NAME,
     IngestServer,
     IngestSettings,
+    _service_config,
     start_ingest_server,
 )
 from tidelake.protos import service_pb2, service_pb2_grpc
@@ -72,7 +76,7 @@ class Client:
 
 @pytest.fixture
 def server(kafka_conf: dict[str, Any], flow: Any, engine_settings: Any) -> Iterator[IngestServer]:
-    uri = str(engine_settings.table_path(flow.table))
+    uri = engine_settings.table_uri(flow.table)
     running = start_ingest_server(kafka_conf, uri, SETTINGS, flow)
     yield running
     assert running.stop() == 0  # graceful: every accepted event was flushed
@@ -124,6 +128,34 @@ def test_valid_events_reach_the_table_exactly_once_and_can_be_read_back(
         client.calls.getCallInfo(CallSid(call_sid="nope"), timeout=10)
     assert malformed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "call_sid" in violations(malformed.value)
+
+
+@ON_S3
+def test_get_call_info_reads_a_table_on_s3(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any, client: Client
+) -> None:
+    """An s3:// table is read through s3a with the launcher's Hadoop settings (the endpoint and
+    region Spark is given) and the credentials of the environment the service inherits: none of
+    them is in the service's config file."""
+    uri = engine_settings.table_uri(flow.table)
+    assert uri.startswith("s3://")
+    config = _service_config(SETTINGS, kafka_conf, uri, flow, None)
+    assert config["hadoop"]["fs.s3a.endpoint"] == os.environ["AWS_ENDPOINT_URL"]
+    assert os.environ["AWS_SECRET_ACCESS_KEY"] not in json.dumps(config)
+    events = [call(duration=n) for n in range(20)]
+    for event in events:
+        client.calls.trackCall(event, timeout=10)
+    with pytest.raises(grpc.RpcError) as no_table_yet:
+        client.calls.getCallInfo(CallSid(call_sid=events[0].call_sid), timeout=30)
+    assert no_table_yet.value.code() == grpc.StatusCode.NOT_FOUND
+
+    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
+    assert stream.table_uri == uri
+    for event in (events[0], events[-1]):
+        assert client.calls.getCallInfo(CallSid(call_sid=event.call_sid), timeout=30) == event
+    with pytest.raises(grpc.RpcError) as missing:
+        client.calls.getCallInfo(CallSid(call_sid=f"CA{'0' * 32}"), timeout=30)
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
 
 
 INVALID = [
@@ -211,7 +243,7 @@ def test_an_unreachable_broker_is_unavailable_not_a_hang(
     flow: Any, engine_settings: Any, closed_port: int
 ) -> None:
     conf = {"bootstrap.servers": f"127.0.0.1:{closed_port}"}
-    server = start_ingest_server(conf, str(engine_settings.table_path(flow.table)), SETTINGS, flow)
+    server = start_ingest_server(conf, engine_settings.table_uri(flow.table), SETTINGS, flow)
     client = Client(server.port)
     try:
         assert client.status() == health_pb2.HealthCheckResponse.NOT_SERVING

@@ -91,7 +91,7 @@ def test_the_stream_and_a_backfill_run_on_executors_of_the_cluster(
         seed=5,
         progress=False,
     )
-    uri = str(engine_settings.table_path(flow.table))
+    uri = engine_settings.table_uri(flow.table)
     done = _on_cluster(
         cluster,
         engine_settings,

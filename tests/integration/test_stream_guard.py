@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lake_readers import read_delta
 from live_stream import cli_available_now, produce_and_stream, run_available_now
+from stores import ON_BOTH_STORES, copy_tree, files_under
 
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import ensure_topic
+from tidelake.streaming.storage.location import Location, filesystem
 from tidelake.streaming.stream.guard import StreamGuardError
 from tidelake.streaming.stream.query import FlowStream
 
@@ -24,36 +25,53 @@ def _flow(topic: str) -> Any:
     return dataclasses.replace(CALL_EVENTS, topic=topic)
 
 
+def _restore_an_older_table_copy(
+    spark: Any, flow: Any, settings: Any, kafka_conf: dict[str, Any]
+) -> tuple[Any, Any, FlowStream]:
+    """Stream twice, then put back the table as it was after the first: the checkpoint is now
+    ahead of the table. Returns the two producer reports and the stream."""
+    ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
+    run = produce_and_stream(spark, flow, settings, kafka_conf, count=400, seed=51)
+    first, stream = run.report, run.stream
+    copy = Location(stream.table_uri).with_name("table-copy")
+    copy_tree(stream.table_uri, copy.uri)
+    run = produce_and_stream(spark, flow, settings, kafka_conf, count=300, seed=52)
+    second = run.report
+    assert run.table.num_rows == first.good + second.good
+    Location(stream.table_uri).delete_tree()  # "restore" the older copy
+    copy_tree(copy.uri, stream.table_uri)
+    return first, second, stream
+
+
+def _assert_refused(
+    flow: Any, settings: Any, kafka_conf: dict[str, Any], table_uri: str, rows: int
+) -> None:
+    with pytest.raises(StreamGuardError) as refused:
+        FlowStream(flow, settings, kafka_conf).preflight()
+    message = str(refused.value)
+    assert "has committed batch" in message and "holds its batches only up to" in message
+    assert "--restart-from-table" in message
+    assert read_delta(table_uri).num_rows == rows  # nothing was written
+
+
+@ON_BOTH_STORES
 def test_an_older_table_copy_under_a_newer_checkpoint_is_refused_then_replayed(
     spark: Any, kafka_conf: dict[str, Any], topic_name: str, engine_settings: Any
 ) -> None:
     flow = _flow(topic_name)
-    ensure_topic(kafka_conf, topic_name, flow.topic_partitions)
-    run = produce_and_stream(spark, flow, engine_settings, kafka_conf, count=400, seed=51)
-    first, stream = run.report, run.stream
-    copy = Path(stream.table_uri).with_name("table-copy")
-    shutil.copytree(stream.table_uri, copy)
-    run = produce_and_stream(spark, flow, engine_settings, kafka_conf, count=300, seed=52)
-    second = run.report
-    assert run.table.num_rows == first.good + second.good
-
-    shutil.rmtree(stream.table_uri)  # "restore" the older copy
-    shutil.copytree(copy, stream.table_uri)
-    with pytest.raises(StreamGuardError) as refused:
-        FlowStream(flow, engine_settings, kafka_conf).preflight()
-    message = str(refused.value)
-    assert "has committed batch" in message and "holds its batches only up to" in message
-    assert "--restart-from-table" in message
-    assert read_delta(stream.table_uri).num_rows == first.good  # nothing was written
+    first, second, stream = _restore_an_older_table_copy(spark, flow, engine_settings, kafka_conf)
+    _assert_refused(flow, engine_settings, kafka_conf, stream.table_uri, first.good)
 
     # the documented way forward: replay from the table's own position
     FlowStream(flow, engine_settings, kafka_conf).preflight(restart_from_table=True)
     run_available_now(spark, flow, engine_settings, kafka_conf)
     keys = read_delta(stream.table_uri).column("call_sid").to_pylist()
     assert len(keys) == first.good + second.good == len(set(keys))
-    assert list(Path(stream.checkpoint).parent.glob(f"{flow.name}.retired-*"))
+    checkpoints = Location(stream.checkpoint).parent
+    assert [n for n in checkpoints.names() if n.startswith(f"{flow.name}.retired-")]
 
 
+@ON_BOTH_STORES
 def test_a_deleted_data_file_is_refused_with_its_dates(
     spark: Any, kafka_conf: dict[str, Any], topic_name: str, engine_settings: Any
 ) -> None:
@@ -62,13 +80,14 @@ def test_a_deleted_data_file_is_refused_with_its_dates(
     stream = produce_and_stream(
         spark, flow, engine_settings, kafka_conf, count=200, days=2, seed=53
     ).stream
-    victim = next(Path(stream.table_uri).glob("date=*/*.parquet"))
-    victim.unlink()
+    victim = files_under(stream.table_uri, ".parquet")[0]
+    fs, path = filesystem(victim)
+    fs.delete_file(path)
     with pytest.raises(StreamGuardError) as refused:
         FlowStream(flow, engine_settings, kafka_conf).preflight()
     message = str(refused.value)
     assert "names 1 data file(s) that do not exist" in message
-    assert victim.parent.name.removeprefix("date=") in message
+    assert victim.split("/")[-2].removeprefix("date=") in message
     assert "repair()" in message
 
 

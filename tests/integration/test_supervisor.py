@@ -256,7 +256,7 @@ def test_a_day_closes_on_the_streams_clock_even_when_event_time_runs_ahead(
         send(closes - timedelta(minutes=30), late_on_d, p)
     second = stream_then_evaluate(first.cursor)
     assert _closed(second) == {}
-    rows = read_delta(engine_settings.table_path(flow.table))
+    rows = read_delta(engine_settings.table_uri(flow.table))
     kept = pc.sum(pc.equal(rows["date"], day)).as_py()
     assert kept == 2 * flow.topic_partitions
 
@@ -275,7 +275,7 @@ def test_a_day_closes_on_the_streams_clock_even_when_event_time_runs_ahead(
         send(closes - timedelta(minutes=20), late_on_d, p)
     fifth = stream_then_evaluate(fourth.cursor)
     assert _closed(fifth) == {}
-    rows = read_delta(engine_settings.table_path(flow.table))
+    rows = read_delta(engine_settings.table_uri(flow.table))
     assert pc.sum(pc.equal(rows["date"], day)).as_py() == kept
 
 

@@ -44,6 +44,9 @@ EXIT_CODES = {
     "BrokerError": 1,
     "_PortTaken": 1,
     "SparkClusterError": 1,
+    "ConditionalPutUnsupportedError": 2,
+    "S3ServerError": 1,
+    "S3ServerMissingError": 2,
 }
 PLATFORM_MODULES = [
     "tidelake.platform.cli",
@@ -54,6 +57,7 @@ PLATFORM_MODULES = [
     "tidelake.platform.calls.ingest_listen",
     "tidelake.platform.local.kafka_broker",
     "tidelake.platform.local.spark_cluster",
+    "tidelake.platform.local.s3_server",
 ]
 
 

@@ -67,16 +67,14 @@ def lake(tmp_path: Path) -> EngineSettings:
     bad[1]["region"] = "unknown_region"
     rows += bad + rows_on("2026-11-12", 40, offset=3000) + rows_on("2026-11-13", 100, offset=4000)
     write_deltalake(
-        str(settings.table_path("call_events")),
+        settings.table_uri("call_events"),
         pa.Table.from_pylist(rows, SCHEMA),
         partition_by=["date"],
     )
     quarantine = pa.table(
         {"error": ["missing account_sid"] * 15, "date": [date(2026, 11, 13)] * 15}
     )
-    write_deltalake(
-        str(settings.table_path("call_events_quarantine")), quarantine, partition_by=["date"]
-    )
+    write_deltalake(settings.table_uri("call_events_quarantine"), quarantine, partition_by=["date"])
     return settings
 
 
@@ -227,7 +225,7 @@ def test_automation_checks_closed_days_and_compacts_only_those_that_pass(
 
         clean = rows_on("2026-11-11", 100, offset=2000)  # the day, repaired
         write_deltalake(
-            str(lake.table_path("call_events")),
+            str(lake.table_uri("call_events")),
             pa.Table.from_pylist(clean, SCHEMA),
             mode="overwrite",
             predicate="date = '2026-11-11'",

@@ -13,7 +13,7 @@ from tidelake.streaming.settings import EngineSettings, HostSettings
 REPO = Path(__file__).resolve().parents[2]
 MANUAL = [REPO / "docs" / "running.md", REPO / "docs" / "ingest-service.md"]
 CODE = [REPO / name for name in ("platform", "streaming", "assets")]
-VARIABLE = re.compile(r"\bTIDELAKE_[A-Z_]+[A-Z]\b")
+VARIABLE = re.compile(r"\bTIDELAKE_[A-Z0-9_]+[A-Z0-9]\b")
 
 
 def read_by_tidelake() -> set[str]:
@@ -25,7 +25,7 @@ def read_by_tidelake() -> set[str]:
             names |= {e for e in envvars if isinstance(e, str) and e.startswith("TIDELAKE_")}
     for folder in CODE:
         for source in folder.rglob("*.py"):
-            names |= set(re.findall(r'"(TIDELAKE_[A-Z_]+[A-Z])"', source.read_text()))
+            names |= set(re.findall(r'"(TIDELAKE_[A-Z0-9_]+[A-Z0-9])"', source.read_text()))
     return names
 
 

@@ -20,7 +20,6 @@ rows are missing from the table; the restart does not repeat them, as it begins 
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ from tidelake.streaming.kafka.admin import ensure_topic, quiet_client_config, re
 from tidelake.streaming.kafka.read import explain_query_failure, stream_records
 from tidelake.streaming.records.decode import decode_records
 from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.storage.location import Location
 from tidelake.streaming.stream.query import StreamFailedError
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class AnomalyDetector:
     scores_from_ms: int | None = None
 
     def __post_init__(self) -> None:
-        self._models = ModelCache(self.settings.lake.resolve())
+        self._models = ModelCache(self.settings.lake)
         self._producer: Producer | None = None
         self._app_id = ""
         self.batches_scored = 0
@@ -94,11 +94,11 @@ class AnomalyDetector:
 
     @property
     def checkpoint(self) -> str:
-        return str(self.settings.checkpoint_path(DETECTOR_NAME))
+        return self.settings.checkpoint_uri(DETECTOR_NAME)
 
     @property
     def table_uri(self) -> str:
-        return str(self.settings.table_path(ANOMALIES_TABLE))
+        return self.settings.table_uri(ANOMALIES_TABLE)
 
     def preflight(self) -> None:
         require_topic(self.kafka_conf, self.flow.topic)
@@ -108,7 +108,7 @@ class AnomalyDetector:
         return explain_query_failure(message, self.kafka_conf)
 
     def start(self, spark: SparkSession) -> StreamingQuery:
-        shutil.rmtree(self.checkpoint, ignore_errors=True)  # fresh state, latest offsets
+        Location(self.checkpoint).delete_tree()  # fresh state, latest offsets
         if self.scores_from_ms is None:
             self.scores_from_ms = (time.time_ns() // 60_000_000_000 + 1) * 60_000
         records = stream_records(

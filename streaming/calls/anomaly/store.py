@@ -13,12 +13,13 @@ import json
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
+
+from tidelake.streaming.delta.tables import open_table, write_table
+from tidelake.streaming.storage.uri import join
 
 MODEL_TABLE = "call_anomaly_model"
 VERSIONS_TABLE = "call_anomaly_model_versions"
@@ -38,12 +39,11 @@ class ModelInfo:
     latest date, then the latest trained, so retraining an old date does not replace it."""
 
 
-def save_model(lake: str | Path, baselines: pd.DataFrame, info: ModelInfo) -> None:
+def save_model(lake: str, baselines: pd.DataFrame, info: ModelInfo) -> None:
     """Append a version: its baselines first, then its row in the versions table."""
-    root = Path(lake)
     rows = baselines.assign(version=info.version)
-    write_deltalake(
-        str(root / MODEL_TABLE),
+    write_table(
+        join(lake, MODEL_TABLE),
         pa.Table.from_pandas(rows, preserve_index=False),
         mode="append",
         partition_by=["version"],
@@ -54,18 +54,17 @@ def save_model(lake: str | Path, baselines: pd.DataFrame, info: ModelInfo) -> No
         "metrics": json.dumps(info.metrics),
         "trained_at": pd.Timestamp(info.version, unit="ms", tz="UTC"),
     }
-    write_deltalake(str(root / VERSIONS_TABLE), pa.Table.from_pylist([row]), mode="append")
+    write_table(join(lake, VERSIONS_TABLE), pa.Table.from_pylist([row]), mode="append")
 
 
 def new_version() -> int:
     return time.time_ns() // 1_000_000
 
 
-def latest_model(lake: str | Path) -> tuple[ModelInfo, pd.DataFrame] | None:
+def latest_model(lake: str) -> tuple[ModelInfo, pd.DataFrame] | None:
     """The newest committed version and its baselines, or None before the first training."""
-    root = Path(lake)
     try:
-        versions = DeltaTable(str(root / VERSIONS_TABLE)).to_pyarrow_table().to_pylist()
+        versions = open_table(join(lake, VERSIONS_TABLE)).to_pyarrow_table().to_pylist()
     except TableNotFoundError:
         return None
     if not versions:
@@ -81,7 +80,7 @@ def latest_model(lake: str | Path) -> tuple[ModelInfo, pd.DataFrame] | None:
         metrics=json.loads(newest["metrics"]),
     )
     baselines = (
-        DeltaTable(str(root / MODEL_TABLE))
+        open_table(join(lake, MODEL_TABLE))
         .to_pyarrow_table(partitions=[("version", "=", str(info.version))])
         .to_pandas()
         .drop(columns="version")
@@ -92,8 +91,8 @@ def latest_model(lake: str | Path) -> tuple[ModelInfo, pd.DataFrame] | None:
 class ModelCache:
     """The newest model, re-read only when the versions table has a new commit."""
 
-    def __init__(self, lake: str | Path):
-        self._lake = Path(lake)
+    def __init__(self, lake: str):
+        self._lake = str(lake)
         self._seen_table_version: int | None = None
         self._model: tuple[ModelInfo, pd.DataFrame] | None = None
         self._lock = threading.Lock()
@@ -101,7 +100,7 @@ class ModelCache:
     def current(self) -> tuple[ModelInfo, pd.DataFrame] | None:
         with self._lock:
             try:
-                table_version = DeltaTable(str(self._lake / VERSIONS_TABLE)).version()
+                table_version = open_table(join(self._lake, VERSIONS_TABLE)).version()
             except TableNotFoundError:
                 return None
             if table_version != self._seen_table_version:

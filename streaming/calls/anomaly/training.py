@@ -36,6 +36,7 @@ from tidelake.streaming.calls.anomaly.model import (
 )
 from tidelake.streaming.calls.anomaly.store import ModelInfo, new_version, save_model
 from tidelake.streaming.delta.progress import table_progress
+from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
@@ -72,8 +73,8 @@ def train_model(
 ) -> TrainedModel:
     """Train on the days before `day`, evaluate on `day`, and store the version."""
     thresholds = thresholds or Thresholds()
-    uri = str(settings.table_path(flow.table))
-    table = DeltaTable(uri)
+    uri = settings.table_uri(flow.table)
+    table = open_table(uri)
     held_out_day = date.fromisoformat(day)
     window = [(held_out_day - timedelta(days=n)).isoformat() for n in range(training_days, 0, -1)]
     progress = table_progress(uri, flow)
@@ -111,7 +112,7 @@ def train_model(
             "false_alert_share": round(evaluation.false_alert_share, 5),
         },
     )
-    save_model(settings.lake.resolve(), baselines, info)
+    save_model(settings.lake, baselines, info)
     log.info("model version %d from %s..%s: %s", info.version, used[0], used[-1], info.metrics)
     return TrainedModel(info, baselines, evaluation, held_out, anomalies)
 

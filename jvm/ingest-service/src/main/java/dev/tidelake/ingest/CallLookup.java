@@ -25,25 +25,34 @@ import io.delta.kernel.utils.FileStatus;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.Optional;
 import org.apache.hadoop.conf.Configuration;
 
 /**
  * getCallInfo's read: the newest stored event of a key from the flow's Delta table, with
  * delta-kernel. It scans the table (the key has no index), which is fine for local volumes; ties
- * on the event time go to the later Kafka offset.
+ * on the event time go to the later Kafka offset. The table is a local path or an s3:// URI.
  */
 final class CallLookup {
   private final String tableUri;
   /** The engine's Kafka offset column (streaming/flow/engine_columns.py), the tie-breaker. */
   private final String offsetColumn;
   private final FlowContract contract;
-  private final Engine engine = DefaultEngine.create(new Configuration());
+  private final Engine engine;
 
-  CallLookup(String tableUri, String offsetColumn, FlowContract contract) {
+  /**
+   * hadoop: the launcher's Hadoop settings (IngestConfig), set on the engine's Configuration;
+   * with them an s3:// table is read through s3a.
+   */
+  CallLookup(
+      String tableUri, String offsetColumn, FlowContract contract, Map<String, String> hadoop) {
     this.tableUri = tableUri;
     this.offsetColumn = offsetColumn;
     this.contract = contract;
+    Configuration conf = new Configuration();
+    hadoop.forEach(conf::set);
+    this.engine = DefaultEngine.create(conf);
   }
 
   /** The newest stored event of the key, or empty when there is none (or no table yet). */

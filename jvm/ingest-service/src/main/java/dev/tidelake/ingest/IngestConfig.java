@@ -7,14 +7,16 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.HashMap;
 import java.util.Map;
 import java.util.Properties;
 
 /**
- * What the launcher ({@code tidelake serve}, platform/calls/ingest_service.py) hands the service: its
- * settings, the Kafka client's properties and the flow's contract, worked out in Python where
- * every setting is read. The file may hold a token or a password, so the service deletes it once
- * read.
+ * What the launcher ({@code tidelake serve}, platform/calls/ingest_launcher.py) hands the service: its
+ * settings, the Kafka client's properties, the Hadoop settings the table is read with (s3a's
+ * endpoint and region for a lake on S3; its credentials come from the environment) and the flow's
+ * contract, worked out in Python where every setting is read. The file may hold a token or a
+ * password, so the service deletes it once read.
  */
 record IngestConfig(
     String host,
@@ -36,6 +38,7 @@ record IngestConfig(
     String kafkaUnreachable,
     String topic,
     String tableUri,
+    Map<String, String> hadoop,
     String tableName,
     String offsetColumn,
     JsonObject contract) {
@@ -47,6 +50,10 @@ record IngestConfig(
     Properties kafka = new Properties();
     for (Map.Entry<String, JsonElement> e : o.getAsJsonObject("kafka").entrySet()) {
       kafka.setProperty(e.getKey(), e.getValue().getAsString());
+    }
+    Map<String, String> hadoop = new HashMap<>();
+    for (Map.Entry<String, JsonElement> e : o.getAsJsonObject("hadoop").entrySet()) {
+      hadoop.put(e.getKey(), e.getValue().getAsString());
     }
     return new IngestConfig(
         o.get("host").getAsString(),
@@ -68,6 +75,7 @@ record IngestConfig(
         optional(o, "kafka_unreachable"),
         o.get("topic").getAsString(),
         o.get("table_uri").getAsString(),
+        Map.copyOf(hadoop),
         o.get("table").getAsString(),
         o.get("offset_column").getAsString(),
         o.getAsJsonObject("contract"));

@@ -66,9 +66,10 @@ public final class IngestMain {
     ScheduledThreadPoolExecutor timers = new ScheduledThreadPoolExecutor(1);
     timers.setRemoveOnCancelPolicy(true);
     ExecutorService reads = Executors.newFixedThreadPool(2);
+    CallLookup lookup =
+        new CallLookup(config.tableUri(), config.offsetColumn(), contract, config.hadoop());
     CallEventService calls =
-        new CallEventService(
-            config, file, contract, kafka, new CallLookup(config.tableUri(), config.offsetColumn(), contract), timers, reads);
+        new CallEventService(config, file, contract, kafka, lookup, timers, reads);
     HealthStatusManager health = new HealthStatusManager();
     NettyServerBuilder builder =
         NettyServerBuilder.forAddress(new InetSocketAddress(config.host(), config.port()))
