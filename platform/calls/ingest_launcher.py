@@ -42,7 +42,7 @@ from tidelake.streaming.flow.engine_columns import KAFKA_OFFSET
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.read import java_client_options
 from tidelake.streaming.spark.jars import ingest_classpath, java_executable
-from tidelake.streaming.storage.s3_settings import S3A_FILESYSTEMS, s3_settings
+from tidelake.streaming.storage.s3_settings import s3_settings
 
 log = logging.getLogger("tidelake.ingest")
 
@@ -222,7 +222,7 @@ def _hadoop_conf() -> dict[str, str]:
     """The Configuration getCallInfo reads the table through: what Spark's sessions are given
     as spark.hadoop.*, so that an s3:// table is read by s3a with the same endpoint and region.
     No secret: s3a's credential chain reads AWS_* from the environment the JVM inherits."""
-    spark = {**S3A_FILESYSTEMS, **s3_settings().hadoop_conf()}
+    spark = s3_settings().hadoop_conf()
     return {name.removeprefix("spark.hadoop."): value for name, value in spark.items()}
 
 

@@ -17,7 +17,7 @@ from tidelake.streaming.settings import host_settings
 from tidelake.streaming.spark import class_archive
 from tidelake.streaming.spark.interrupts import host_interrupts
 from tidelake.streaming.spark.jars import spark_jars
-from tidelake.streaming.storage.s3_settings import S3A_FILESYSTEMS, s3_settings
+from tidelake.streaming.storage.s3_settings import s3_settings
 
 DEFAULT_SPARK_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -51,8 +51,6 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
     # data files that delta-rs commits (delta/files.py): Delta's timestamp encoding, no _SUCCESS
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
-    # s3:// is Hadoop's s3a
-    **S3A_FILESYSTEMS,
 }
 
 
@@ -76,7 +74,7 @@ def spark_session_conf(
         "spark.app.name": app_name,
         "spark.pyspark.python": sys.executable,
         **DEFAULT_SPARK_CONF,
-        **s3_settings().hadoop_conf(),
+        **s3_settings().hadoop_conf(),  # s3:// is Hadoop's s3a
     }
     if master.startswith("local"):
         settings["spark.driver.host"] = "127.0.0.1"

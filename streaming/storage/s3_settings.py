@@ -28,7 +28,7 @@ S3A_FILESYSTEMS: dict[str, str] = {
 }
 """s3:// (the lake's and the checkpoints' URIs on S3, as delta-rs and DuckDB read them) is
 Hadoop's s3a (hadoop-aws from the jar cache): FileSystem, and FileContext for a checkpoint's logs.
-Spark settings, as hadoop_conf's are; the ingest service takes both without "spark.hadoop."."""
+Part of hadoop_conf(), whose Spark settings the ingest service takes without "spark.hadoop."."""
 
 
 class S3Settings(BaseSettings):
@@ -115,8 +115,10 @@ class S3Settings(BaseSettings):
         return options
 
     def hadoop_conf(self) -> dict[str, str]:
-        """Spark settings for s3a: endpoint and region only, credentials from the SDK's chain."""
+        """Spark settings for s3a: s3:// mapped to it, endpoint and region, credentials from the
+        SDK's chain (no secret)."""
         conf = {
+            **S3A_FILESYSTEMS,
             "spark.hadoop.fs.s3a.endpoint.region": self.region or DEFAULT_REGION,
             "spark.hadoop.fs.s3a.aws.credentials.provider": (
                 "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"

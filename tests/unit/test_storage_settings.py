@@ -78,6 +78,7 @@ def test_each_client_gets_the_endpoint_and_spark_gets_no_secret(
     assert (arrow["endpoint_override"], arrow["scheme"]) == ("127.0.0.1:9000", "http")
     hadoop = s3.hadoop_conf()
     assert hadoop["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
+    assert hadoop["spark.hadoop.fs.s3.impl"] == "org.apache.hadoop.fs.s3a.S3AFileSystem"
     assert hadoop["spark.hadoop.fs.s3a.path.style.access"] == "true"
     assert hadoop["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
     text = repr(s3) + str(hadoop)
