@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help dev dev-s3 s3-server bench-s3 venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster broker clean
+.PHONY: help dev dev-s3 s3-server schema-registry bench-s3 bench-framed venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster broker clean
 
 help:
 	@echo "make dev               the whole platform locally; Dagster UI on http://127.0.0.1:3000"
@@ -15,10 +15,12 @@ help:
 	@echo "make typecheck         mypy, strict on streaming/"
 	@echo "make protos            regenerate Python code from the .proto files"
 	@echo "make bench             throughput and latency benchmarks (minutes; prints figures)"
+	@echo "make bench-framed      throughput with every value Confluent-framed, next to bare"
 	@echo "make bench-s3          throughput and latency with the lake on a local S3 server, next to the local disk"
 	@echo "make bench-cluster     the throughput benchmark on a Spark standalone cluster and on local[2]"
 	@echo "make dev-s3            the same with the lake and checkpoints on a local S3 server"
 	@echo "make s3-server         build the local S3 server (SeaweedFS) into the cache, once"
+	@echo "make schema-registry   build the local schema registry (Apicurio) into the cache, once"
 	@echo "make broker            run a local Apache Kafka broker (KRaft) in the foreground"
 
 JAVA   := $(shell find jvm/spark-extensions/src/main jvm/ingest-service/src/main -name '*.java')
@@ -49,12 +51,16 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-test: check-protos lint typecheck jvm-test test-packages s3-server
+test: check-protos lint typecheck jvm-test test-packages s3-server schema-registry
 	$(BIN)/pytest --timeout=900
 
 # SeaweedFS, the S3 server of the tests and of make dev-s3, built once per machine into the cache
 s3-server: $(STAMP)
 	$(BIN)/tidelake install-s3-server
+
+# Apicurio Registry (Confluent's registry API), built from Maven Central into the cache, once
+schema-registry: $(STAMP)
+	$(BIN)/tidelake install-schema-registry
 
 # chromium and postgresql from Debian, for the browser and distributed tests (when this user can)
 test-packages:
@@ -83,6 +89,10 @@ bench-cluster: $(STAMP)
 bench-s3: s3-server
 	cd bench && ../$(BIN)/python engine_throughput.py --also-on-s3 --out ../bench-results/throughput-s3.json
 	cd bench && ../$(BIN)/python engine_latency.py --also-on-s3 --out ../bench-results/latency-s3.json
+
+# throughput with every value in Confluent's wire format next to bare values, same run
+bench-framed: $(STAMP)
+	cd bench && ../$(BIN)/python engine_throughput.py --also-framed --out ../bench-results/throughput-framed.json
 
 bench-latency: $(STAMP)
 	cd bench && ../$(BIN)/python engine_latency.py --out ../bench-results/latency.json

@@ -25,7 +25,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 from common import TreeSampler, commits, kafka, write_figures
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.platform.local.s3_server import LocalS3Server
@@ -33,6 +33,7 @@ from tidelake.platform.local.spark_cluster import LocalSparkCluster
 from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import ensure_topic
+from tidelake.streaming.schemas.framing import frame_prefix
 
 _STATES = pa.array(CallEvent.CallState.keys())
 _REGIONS = pa.array(CallEvent.Region.keys())
@@ -97,15 +98,54 @@ def _write_floor_file(values: list[bytes], path: Path) -> int:
     return table.num_rows
 
 
-# the stream as `tidelake stream --available-now` runs it, with the flow's dedup switched off
-_WITHOUT_DEDUP = """
-import dataclasses
+# the stream as `tidelake stream --available-now` runs it, on another topic or without the
+# flow's dedup
+_STREAM_FLOW = """
+import dataclasses, sys
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.stream.runner import run_flow_stream
 from tidelake.streaming.settings import kafka_client_config, load_engine_settings
-flow = dataclasses.replace(CALL_EVENTS, dedup_key=None)
+topic, dedup = sys.argv[1], sys.argv[2] == "dedup"
+key = CALL_EVENTS.dedup_key if dedup else None
+flow = dataclasses.replace(CALL_EVENTS, topic=topic, dedup_key=key)
 run_flow_stream(flow, load_engine_settings(), kafka_client_config(), available_now=True)
 """
+
+
+def copy_framed(conf: dict, source: str, target: str, partitions: int, schema_id: int) -> int:
+    """Every record of source into target, same partition, key and timestamp, its value in
+    Confluent's wire format (magic byte, schema_id, message index [0]); returns the count."""
+    ensure_topic(conf, target, partitions)
+    prefix = frame_prefix(schema_id)
+    consumer = Consumer(
+        {**conf, "group.id": f"bench-copy-{time.time_ns()}", "enable.auto.commit": False}
+    )
+    ends = {}
+    for p in range(partitions):
+        ends[p] = consumer.get_watermark_offsets(TopicPartition(source, p), timeout=10)[1]
+    consumer.assign([TopicPartition(source, p, 0) for p in range(partitions)])
+    # the demo producer's batching and compression (platform/dev/produce.py)
+    batching = {"linger.ms": 5, "batch.size": 1_000_000, "compression.type": "lz4"}
+    producer = Producer({**conf, **batching})
+    copied, done = 0, {p for p, end in ends.items() if end == 0}
+    while len(done) < partitions:
+        for message in consumer.consume(10_000, timeout=1.0):
+            if message.error():
+                continue
+            producer.produce(
+                target,
+                prefix + message.value(),
+                message.key(),
+                partition=message.partition(),
+                timestamp=message.timestamp()[1],
+            )
+            producer.poll(0)
+            copied += 1
+            if message.offset() + 1 >= ends[message.partition()]:
+                done.add(message.partition())
+    consumer.close()
+    producer.flush(60)
+    return copied
 
 
 def tidelake_ingest(
@@ -115,6 +155,7 @@ def tidelake_ingest(
     dedup: bool = True,
     master: str | None = None,
     s3: LocalS3Server | None = None,
+    topic: str | None = None,
 ) -> dict:
     """One `tidelake stream --available-now` of the topic into a new lake and checkpoint: under
     `work`, or with s3 on that S3 server (its CPU is counted apart: it is not in our tree)."""
@@ -131,7 +172,8 @@ def tidelake_ingest(
         "TIDELAKE_MAX_OFFSETS_PER_TRIGGER": str(max_offsets),
     }
     cli = ["-m", "tidelake.platform.cli", "stream", "call_events", "--available-now"]
-    cmd = [sys.executable, *(cli if dedup else ["-c", _WITHOUT_DEDUP])]
+    script = ["-c", _STREAM_FLOW, topic or CALL_EVENTS.topic, "dedup" if dedup else "no-dedup"]
+    cmd = [sys.executable, *(cli if dedup and topic is None else script)]
     server = psutil.Process(s3.pid) if s3 and s3.pid else None
     server_cpu = sum(server.cpu_times()[:2]) if server else 0.0
     started_ms = time.time() * 1000
@@ -208,6 +250,11 @@ def _rounded(figures: dict[str, float]) -> str:
     is_flag=True,
     help="Ingest the same events again with the lake and checkpoints on a local S3 server.",
 )
+@click.option(
+    "--also-framed",
+    is_flag=True,
+    help="Ingest the same events again with every value in Confluent's wire format.",
+)
 @click.option("--out", type=click.Path(path_type=Path), help="Also write the figures as JSON.")
 def main(
     events: int,
@@ -217,6 +264,7 @@ def main(
     dedup: bool,
     also_on_cluster: bool,
     also_on_s3: bool,
+    also_framed: bool,
     out: Path | None,
 ):
     """Ingest N events with tidelake --available-now and with the one-process floor; compare."""
@@ -247,6 +295,17 @@ def main(
         result["dedup"] = dedup
         result["tidelake"] = t = tidelake_ingest(conf, work, max_offsets_per_trigger, dedup)
         assert t["rows"] == report.good, (t["rows"], report.good)
+        if also_framed:
+            framed_topic = f"{CALL_EVENTS.topic}-framed"
+            copied = copy_framed(
+                conf, CALL_EVENTS.topic, framed_topic, CALL_EVENTS.topic_partitions, 1
+            )
+            assert copied == report.produced, (copied, report.produced)
+            (work / "framed").mkdir()
+            result["framed"] = tidelake_ingest(
+                conf, work / "framed", max_offsets_per_trigger, dedup, topic=framed_topic
+            )
+            assert result["framed"]["rows"] == report.good
         if also_on_cluster:
             result["cluster"] = on_cluster(conf, work / "cluster", max_offsets_per_trigger, dedup)
             assert result["cluster"]["rows"] == report.good
@@ -288,6 +347,16 @@ def main(
             f"{s['startup_s']:.1f} vs {t['startup_s']:.1f} s, whole command "
             f"{s['whole_command_s']:.1f} vs {t['whole_command_s']:.1f} s, CPU "
             f"{s['cpu_s']:.1f} s + S3 server {s['s3_server_cpu_s']:.1f} s vs {t['cpu_s']:.1f} s"
+        )
+    if also_framed:
+        f = result["framed"]
+        cost = 1 - f["steady_events_per_s"] / t["steady_events_per_s"]
+        click.echo(
+            f"every value framed (Confluent wire format) next to bare: steady "
+            f"{f['steady_events_per_s']:,.0f} vs {t['steady_events_per_s']:,.0f} ev/s (framing "
+            f"costs {cost:.1%}; target < 5%), CPU {f['cpu_s'] / f['rows'] * 1e6:.1f} vs "
+            f"{t['cpu_s'] / t['rows'] * 1e6:.1f} us/event, start-up {f['startup_s']:.1f} vs "
+            f"{t['startup_s']:.1f} s"
         )
     if also_on_cluster:
         c = result["cluster"]

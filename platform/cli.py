@@ -258,6 +258,32 @@ def topics_add_partitions(flow: str, total: int, kafka_timeout: float) -> None:
     click.echo(f"{spec.topic}: {before} -> {total} partitions (flow {spec.name})")
 
 
+@main.group()
+def schemas() -> None:
+    """The flows' protobuf schemas in the schema registry (TIDELAKE_SCHEMA_REGISTRY_URL)."""
+
+
+@schemas.command("register")
+@click.argument("flows", nargs=-1, metavar="[FLOW]...")
+def schemas_register(flows: tuple[str, ...]) -> None:
+    """Register the .proto of FLOWs (default: all declared flows) under their topics' value
+    subjects (<topic>-value), so that producers and other consumers using Confluent's
+    serializers agree with the flow. The registry checks the subject's compatibility rule
+    first; an incompatible .proto is refused and nothing is registered."""
+    specs = _get_flows(flows, "'FLOW'")
+    from tidelake.streaming.flow.descriptor_set import proto_source
+    from tidelake.streaming.schemas.registry import require_registry, value_subject
+
+    registry = require_registry()
+    for spec in specs:
+        source, subject = proto_source(spec), value_subject(spec)
+        schema_id, version = registry.register(subject, source)
+        click.echo(
+            f"{subject}: {source.name} is schema id {schema_id}, version {version} "
+            f"(flow {spec.name}, registry {registry.url})"
+        )
+
+
 @main.command()
 @click.argument("flow", metavar="FLOW")
 @click.option("--count", type=click.IntRange(min=1), help="Number of messages to send.")
@@ -506,6 +532,13 @@ def stream(
     is_flag=True,
     help="Serve without TLS on an address other than loopback (refused otherwise).",
 )
+@click.option(
+    "--framed-values",
+    is_flag=True,
+    envvar="TIDELAKE_INGEST_FRAMED_VALUES",
+    help="Write values in Confluent's wire format, the flow's .proto registered under the "
+    "topic's value subject in TIDELAKE_SCHEMA_REGISTRY_URL [env TIDELAKE_INGEST_FRAMED_VALUES].",
+)
 def serve(
     host: str,
     port: int,
@@ -514,6 +547,7 @@ def serve(
     tls_key: Path | None,
     client_ca: Path | None,
     allow_plaintext: bool,
+    framed_values: bool,
 ) -> None:
     """Run the gRPC ingest service for call_events until SIGTERM/Ctrl-C.
 
@@ -545,7 +579,7 @@ def serve(
         token=host_settings().ingest_token,
         allow_plaintext=allow_plaintext,
     )
-    ingest = IngestSettings(host=host, port=port, security=security)
+    ingest = IngestSettings(host=host, port=port, security=security, framed_values=framed_values)
     if ack_timeout is not None:
         ingest = dataclasses.replace(ingest, ack_timeout_s=ack_timeout)
     check_can_serve(ingest)  # before Kafka: a taken port fails at once (ListenError, exit 2)
@@ -721,6 +755,18 @@ def install_s3_server() -> None:
     except S3ServerError as exc:
         raise CliError(str(exc)) from None
     click.echo(f"local S3 server: {binary}")
+
+
+@main.command("install-schema-registry")
+def install_schema_registry() -> None:
+    """Build the local schema registry (Apicurio Registry, from Maven Central) into the cache, once.
+
+    10-25 s the first time, nothing after; `make schema-registry` (so `make test`) runs it. The
+    tests run the registry it builds (platform/local/schema_registry.py).
+    """
+    from tidelake.platform.local.schema_registry import install_schema_registry as install
+
+    click.echo(f"local schema registry: {install(report=click.echo)}")
 
 
 @main.command("spark-archive")

@@ -128,6 +128,16 @@ def s3_server() -> Iterator[LocalS3Server]:
 
 
 @pytest.fixture(scope="session")
+def schema_registry() -> Iterator[Any]:
+    """The session's schema registry (Apicurio Registry, Confluent's API), started by the first
+    test that asks for it."""
+    from tidelake.platform.local.schema_registry import LocalSchemaRegistry
+
+    with LocalSchemaRegistry() as registry:
+        yield registry
+
+
+@pytest.fixture(scope="session")
 def spark(s3_server: LocalS3Server) -> Iterator[Any]:
     """One local SparkSession for the whole run (Spark takes 5-10 s to start on 2 cores), built
     once the S3 server's settings are in the environment."""

@@ -15,7 +15,7 @@ import pyarrow as pa
 from lake_readers import read_delta
 
 from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
-from tidelake.streaming.stream.query import FlowStream, await_query
+from tidelake.streaming.stream.query import FlowStream, await_query, run_query
 
 
 def cli_available_now(
@@ -36,8 +36,12 @@ def run_available_now(spark: Any, flow: Any, settings: Any, kafka_conf: Any) -> 
     """Run the flow's stream until it has committed everything on the topic, then return."""
     stream = FlowStream(flow, settings, kafka_conf)
     stream.preflight()
-    query = stream.start(spark, available_now=True)
-    await_query(query, threading.Event(), explain=stream.explain_failure)
+    run_query(
+        lambda: stream.start(spark, available_now=True),
+        threading.Event(),
+        explain=stream.explain_failure,
+        batch_error=stream.batch_error,
+    )
     return stream
 
 

@@ -33,10 +33,10 @@ from tidelake.assets.stream.supervisor_decision import (
     SupervisorPolicy,
     decide,
 )
-from tidelake.streaming.errors import ConfigError
+from tidelake.streaming.errors import ConfigError, TidelakeError
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.spark.session import host_session
-from tidelake.streaming.stream.query import ProgressHandler, await_query
+from tidelake.streaming.stream.query import ProgressHandler, run_query
 from tidelake.streaming.stream.runner import graceful_stop_signals
 
 STREAM_TAG = "tidelake/stream"
@@ -83,6 +83,8 @@ class AlwaysOnQuery(Protocol):
     def start(self, spark: SparkSession) -> StreamingQuery: ...
 
     def explain_failure(self, message: str) -> str: ...
+
+    def batch_error(self) -> TidelakeError | None: ...
 
 
 Query = TypeVar("Query", bound=AlwaysOnQuery)
@@ -133,6 +135,7 @@ def build_always_on_job(query: AlwaysOn[Any], settings: EngineSettings) -> dg.Jo
                 config.progress_interval_s,
                 reporter,
                 running.explain_failure,
+                running.batch_error,
             )
 
     @dg.job(
@@ -157,13 +160,12 @@ def run_until_stopped(
     progress_interval_s: float,
     on_progress: ProgressHandler,
     explain: Callable[[str], str] = str,
+    batch_error: Callable[[], TidelakeError | None] = lambda: None,
 ) -> None:
     """Run a query in an op until the run is terminated (SIGINT/SIGTERM: stop between batches,
     end the run canceled) or the query fails (a Failure with its error)."""
-    with graceful_stop_signals() as stop:
-        started = start()
-        with step_failure():
-            await_query(started, stop, progress_interval_s, on_progress, explain)
+    with graceful_stop_signals() as stop, step_failure():
+        run_query(start, stop, progress_interval_s, on_progress, explain, batch_error)
     if stop.is_set():
         context.log.info("stream stopped gracefully; checkpoint is consistent")
         raise dg.DagsterExecutionInterruptedError()

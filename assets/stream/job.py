@@ -7,10 +7,11 @@ import dagster as dg
 from pyspark.sql.streaming import StreamingQuery
 
 from tidelake.assets.stream.always_on import AlwaysOn, build_always_on_job
-from tidelake.assets.tables.keys import table_key
+from tidelake.assets.tables.keys import table_key, topic_key
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.offsets import KafkaSourceError, from_json_offsets
 from tidelake.streaming.records.dedup import rows_dropped_by_watermark
+from tidelake.streaming.schemas.writer_schemas import WriterSchemas
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.stream.query import FlowStream
 from tidelake.streaming.stream.status import kafka_ends, stream_lag
@@ -36,8 +37,34 @@ def flow_stream(flow: FlowSpec) -> AlwaysOn[FlowStream]:
         "until the run is terminated.",
         make_query=lambda settings, conf: FlowStream(flow, settings, conf),
         started=started,
-        make_reporter=lambda context, _, conf: ProgressReporter(context, flow, conf),
+        make_reporter=lambda context, stream, conf: ProgressReporter(
+            context, flow, conf, stream.schemas
+        ),
     )
+
+
+def writer_schemas_metadata(schemas: WriterSchemas) -> dict[str, Any]:
+    """The topic's writer schemas the stream has read, as the Dagster UI shows them: a table of
+    schema id, the subject versions it is registered under, and whether records of it land or
+    why they are quarantined."""
+    lines = ["| schema id | registered as | records |", "|---|---|---|"]
+    for schema_id, label in sorted(schemas.seen.items()):
+        verdict = schemas.verdicts.get(schema_id)
+        versions = label.partition("(")[2].rstrip(")") or "-"
+        if verdict is None:
+            fate = "read as the flow's own .proto (no registry)"
+        elif None in verdict.paths.values():
+            fate = "land"
+        else:
+            fate = "quarantined: " + (next(iter(verdict.paths.values()), None) or verdict.other)
+        lines.append(f"| {schema_id} | {versions} | {fate} |")
+    return {
+        "writer_schema_ids": dg.MetadataValue.text(", ".join(map(str, sorted(schemas.seen)))),
+        "writer_schemas": dg.MetadataValue.md("\n".join(lines)),
+        "schema_registry": dg.MetadataValue.text(
+            schemas.registry.url if schemas.registry else "none"
+        ),
+    }
 
 
 def build_stream_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefinition:
@@ -46,12 +73,21 @@ def build_stream_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefiniti
 
 
 class ProgressReporter:
-    """Logs the query's progress and records it as an observation of the table asset."""
+    """Logs the query's progress and records it as an observation of the table asset, and the
+    writer schemas the stream has read as an observation of the topic asset."""
 
-    def __init__(self, context: dg.OpExecutionContext, flow: FlowSpec, kafka_conf: dict[str, str]):
+    def __init__(
+        self,
+        context: dg.OpExecutionContext,
+        flow: FlowSpec,
+        kafka_conf: dict[str, str],
+        schemas: WriterSchemas,
+    ):
         self._context = context
         self._flow = flow
         self._kafka_conf = kafka_conf
+        self._schemas = schemas
+        self._reported_schemas: dict[int, str] = {}
         self._reported_batch = -1
         self.rows_dropped_by_watermark = 0
 
@@ -89,6 +125,20 @@ class ProgressReporter:
         metadata["rows_dropped_by_watermark"] = dg.MetadataValue.int(self.rows_dropped_by_watermark)
         self._context.log_event(
             dg.AssetObservation(asset_key=table_key(self._flow), metadata=metadata)
+        )
+        self._report_schemas()
+
+    def _report_schemas(self) -> None:
+        """An observation of the topic each time the stream has met a new writer schema."""
+        seen = dict(self._schemas.seen)
+        if seen == self._reported_schemas:
+            return
+        self._reported_schemas = seen
+        self._context.log_event(
+            dg.AssetObservation(
+                asset_key=topic_key(self._flow),
+                metadata=writer_schemas_metadata(self._schemas),
+            )
         )
 
     def _dropped_since_last_report(self, query: StreamingQuery, batch: int) -> int:

@@ -37,10 +37,12 @@ from tidelake.platform.calls.ingest_listen import (
 from tidelake.protos import service_pb2
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.flow.contract import service_contract
-from tidelake.streaming.flow.descriptor_set import load_descriptor_set
+from tidelake.streaming.flow.descriptor_set import load_descriptor_set, proto_source
 from tidelake.streaming.flow.engine_columns import KAFKA_OFFSET
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.read import java_client_options
+from tidelake.streaming.schemas.framing import flow_frame_prefix
+from tidelake.streaming.schemas.registry import require_registry, value_subject
 from tidelake.streaming.spark.jars import ingest_classpath, java_executable
 from tidelake.streaming.storage.s3_settings import s3_settings
 
@@ -70,6 +72,10 @@ class IngestSettings:
     shutdown_grace_s: float = 10.0
     heap_mb: int = 512
     """The service JVM's heap (-Xmx): 100 concurrent streams at their in-flight caps fit."""
+    framed_values: bool = False
+    """Write values in Confluent's wire format (the flow's .proto registered under the topic's
+    value subject), so that consumers using Confluent's deserializers read them; the stream
+    reads both forms."""
     security: ServiceSecurity = field(default_factory=ServiceSecurity)
 
 
@@ -209,6 +215,7 @@ def _service_config(
         "kafka": java_client_options({k: str(v) for k, v in kafka_conf.items()}),
         "kafka_unreachable": kafka_unreachable,
         "topic": flow.topic,
+        "value_prefix": _value_prefix(flow) if settings.framed_values else None,
         "table_uri": table_uri,
         "hadoop": _hadoop_conf(),
         "table": flow.table,
@@ -216,6 +223,15 @@ def _service_config(
         "contract": service_contract(flow)
         | {"descriptor_set": base64.b64encode(descriptors).decode()},
     }
+
+
+def _value_prefix(flow: FlowSpec) -> str:
+    """The Confluent frame of the flow's message, base64: its .proto registered (or found
+    registered) under the topic's value subject, and the message's index path in it."""
+    registry = require_registry()
+    schema_id, version = registry.register(value_subject(flow), proto_source(flow))
+    log.info("values framed with schema id %s (%s v%s)", schema_id, value_subject(flow), version)
+    return base64.b64encode(flow_frame_prefix(flow, schema_id)).decode()
 
 
 def _hadoop_conf() -> dict[str, str]:

@@ -14,23 +14,19 @@ requests are refused, as on a real store.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
-import weakref
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from tidelake.platform.local.kafka_broker import free_port
-from tidelake.platform.local.process_group import signal_group, stop_group
+from tidelake.platform.local.server_process import LocalServerProcess
 from tidelake.streaming.errors import SetupError, TidelakeError
 from tidelake.streaming.settings import host_settings
 
@@ -42,8 +38,6 @@ install module@version` is refused and install_seaweedfs builds from a downloade
 DEFAULT_BUCKET = "tidelake"
 _HOST = "127.0.0.1"
 _REGION = "us-east-1"
-_LOG_TAIL_BYTES = 3000
-_live_servers: weakref.WeakSet[LocalS3Server] = weakref.WeakSet()
 
 
 class S3ServerError(TidelakeError, RuntimeError):
@@ -122,12 +116,17 @@ def install_seaweedfs(report: Callable[[str], object] | None = print) -> Path:
     return binary
 
 
-class LocalS3Server:
+class LocalS3Server(LocalServerProcess):
     """SeaweedFS's S3 gateway (with its master, volume server and filer) on free loopback ports.
 
     Use as a context manager, or start() and stop(). `env()` gives the standard AWS variables a
-    client needs. A kept data_dir keeps the objects and the key across restarts.
+    client needs. A kept data_dir keeps the objects and the key across restarts; a temporary
+    one is killed at stop (a clean stop waits 10-25 s for the volume server, for data nobody
+    keeps).
     """
+
+    temp_prefix = "tidelake-s3-"
+    log_name = "logs/server.out"
 
     def __init__(
         self,
@@ -137,31 +136,20 @@ class LocalS3Server:
         startup_timeout_s: float = 60.0,
         stop_grace_s: float = 30.0,
     ) -> None:
-        self._kept_dir = data_dir
+        super().__init__(
+            data_dir=data_dir, startup_timeout_s=startup_timeout_s, stop_grace_s=stop_grace_s
+        )
         self.bucket = bucket
-        self._startup_timeout_s = startup_timeout_s
-        self._stop_grace_s = stop_grace_s
-        self._process: subprocess.Popen[bytes] | None = None
-        self._workdir: Path | None = None
         self._sockets: Path | None = None
         self._port: int | None = None
         self._access_key = ""
         self._secret_key = ""
-        self.startup_s: float | None = None
 
     @property
     def endpoint_url(self) -> str:
         if self._port is None:
             raise S3ServerError("the local S3 server is not running; call start() first")
         return f"http://{_HOST}:{self._port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
-    @property
-    def workdir(self) -> Path | None:
-        return self._workdir
 
     def env(self) -> dict[str, str]:
         """The standard AWS settings of a client of this server."""
@@ -176,30 +164,13 @@ class LocalS3Server:
         """s3://<bucket>/<parts...> on this server."""
         return "/".join([f"s3://{self.bucket}", *parts])
 
-    def is_alive(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    def start(self) -> None:
-        """Start the server, wait until it answers signed requests, create the bucket."""
-        started = time.monotonic()
-        try:
-            self.launch()
-            self.wait_until_ready()
-        except BaseException:
-            self.stop()
-            raise
-        self.startup_s = time.monotonic() - started
-
     def launch(self) -> None:
         if self._process is not None:
             raise S3ServerError(f"the local S3 server already runs at {self.endpoint_url}")
         binary = require_seaweedfs()
-        if self._kept_dir is not None:
-            self._workdir = self._kept_dir.resolve()
-        elif self._workdir is None:
-            self._workdir = Path(tempfile.mkdtemp(prefix="tidelake-s3-"))
-        (self._workdir / "data").mkdir(parents=True, exist_ok=True)
-        (self._workdir / "logs").mkdir(exist_ok=True)
+        workdir = self._folder()
+        (workdir / "data").mkdir(parents=True, exist_ok=True)
+        (workdir / "logs").mkdir(exist_ok=True)
         # unix socket paths are short (108 bytes): never under a deep data folder
         self._sockets = Path(tempfile.mkdtemp(prefix="tl-s3-", dir="/tmp"))
         identities = self._write_identities()
@@ -208,11 +179,11 @@ class LocalS3Server:
         grpc = {name: free_port() for name in ("master", "volume", "filer", "s3")}
         command = [
             str(binary),
-            f"-logdir={self._workdir / 'logs'}",
+            f"-logdir={workdir / 'logs'}",
             "server",
             f"-ip={_HOST}",
             f"-ip.bind={_HOST}",
-            f"-dir={self._workdir / 'data'}",
+            f"-dir={workdir / 'data'}",
             f"-master.port={ports['master']}",
             f"-master.port.grpc={grpc['master']}",
             "-master.telemetry=false",
@@ -232,16 +203,7 @@ class LocalS3Server:
             "-s3.port.lance=0",
             "-metricsPort=0",
         ]
-        with open(self._workdir / "logs" / "server.out", "ab") as log:
-            self._process = subprocess.Popen(
-                command,
-                cwd=self._workdir,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        _live_servers.add(self)
+        self._spawn(command)
 
     def _write_identities(self) -> Path:
         """One identity with every action; its key made once per data folder, kept 0600."""
@@ -293,15 +255,14 @@ class LocalS3Server:
         also needs a volume, which the master grows on demand)."""
         from botocore.exceptions import BotoCoreError, ClientError
 
-        assert self._process is not None
         deadline = time.monotonic() + self._startup_timeout_s
         client = self.client()
         last = ""
         while True:
-            if self._process.poll() is not None:
+            if (code := self._exited()) is not None:
                 raise S3ServerError(
-                    f"the local S3 server exited with code {self._process.returncode} during "
-                    f"start-up; its log ends with:\n{self.log_tail()}"
+                    f"the local S3 server exited with code {code} during start-up; its log ends "
+                    f"with:\n{self.log_tail()}"
                 )
             try:
                 names = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
@@ -318,49 +279,7 @@ class LocalS3Server:
                 )
             time.sleep(0.2)
 
-    def kill(self) -> None:
-        """SIGKILL the server (a crash), keeping its data folder."""
-        process, self._process = self._process, None
-        if process is not None:
-            signal_group(process.pid, signal.SIGKILL)
-            process.wait()
-
-    def stop(self) -> None:
-        """Stop the server; a temporary data folder goes with it (and so it is killed at once:
-        a clean stop waits 10-25 s for the volume server, for data nobody keeps)."""
-        process, self._process = self._process, None
-        if process is not None:
-            stop_group(process, self._stop_grace_s if self._kept_dir is not None else 0)
+    def _cleanup(self) -> None:
         if self._sockets is not None:
             shutil.rmtree(self._sockets, ignore_errors=True)
             self._sockets = None
-        if self._kept_dir is None and self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
-
-    def log_tail(self) -> str:
-        if self._workdir is None:
-            return "(no log)"
-        path = self._workdir / "logs" / "server.out"
-        if not path.exists():
-            return "(no log)"
-        data = path.read_bytes()[-_LOG_TAIL_BYTES:]
-        return data.decode("utf-8", errors="replace").strip() or "(empty log)"
-
-    def __enter__(self) -> LocalS3Server:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-
-@atexit.register
-def _stop_live_servers() -> None:
-    for server in list(_live_servers):
-        server.stop()

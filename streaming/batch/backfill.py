@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
-from pyspark.sql import SparkSession
+from pyspark.sql import Observation, SparkSession
 from pyspark.sql import functions as F
 
 from tidelake.streaming.delta.commit import replace_partitions
@@ -35,11 +36,14 @@ from tidelake.streaming.delta.progress import table_progress
 from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.delta.write import good_rows
 from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.flow.engine_columns import SCHEMA_ID_COLUMN
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.offsets import Offsets, PartitionEnds, from_json_offsets
 from tidelake.streaming.kafka.read import read_records
 from tidelake.streaming.records.decode import decode_records
 from tidelake.streaming.records.dedup import drop_repeats_in_batch
+from tidelake.streaming.schemas.registry import SchemaRegistry
+from tidelake.streaming.schemas.writer_schemas import WriterSchemas
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.storage.location import Location
 from tidelake.streaming.stream.status import written_position
@@ -211,12 +215,25 @@ def run_backfill(
     files of the plan's snapshot in one commit."""
     flow = plan.flow
     started = time.monotonic()
-    records = read_records(spark, flow, kafka_conf, plan.start, plan.end)
-    # the stream's decode and rules, then its deduplication
-    decoded = drop_repeats_in_batch(decode_records(records, flow, kafka_conf), flow)
-    rows = good_rows(decoded, flow).where(F.col(flow.partition_column).isin(*plan.dates))
     uri = settings.table_uri(flow.table)
-    files = write_data_files(rows, uri, flow.partition_column, "backfill")
+    schemas = WriterSchemas(flow, SchemaRegistry.from_env())
+    schemas.prefetch()
+    while True:
+        records = read_records(spark, flow, kafka_conf, plan.start, plan.end)
+        # the stream's decode and rules, then its deduplication
+        decoded = decode_records(records, flow, kafka_conf, schemas)
+        seen = Observation(f"schemas-{uuid.uuid4().hex}")
+        decoded = drop_repeats_in_batch(
+            decoded.observe(seen, F.collect_set(SCHEMA_ID_COLUMN)), flow
+        )
+        rows = good_rows(decoded, flow).where(F.col(flow.partition_column).isin(*plan.dates))
+        files = write_data_files(rows, uri, flow.partition_column, "backfill")
+        (schema_ids,) = seen.get.values()
+        learned = schemas.learn(schema_ids)
+        if not learned:
+            break
+        # records of schemas the decoder did not know were refused as pending: read again
+        log.info("backfill met schema ids %s; reading the window again with them", learned)
     replace_partitions(
         uri,
         files,

@@ -31,11 +31,11 @@ import pyarrow.dataset as pads
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from deltalake.schema import Field as DeltaField
-from google.protobuf.descriptor import FieldDescriptor
 
 from tidelake.streaming.delta.commit import create_table, same_column_type
 from tidelake.streaming.delta.tables import open_table, write_table
 from tidelake.streaming.errors import SetupError
+from tidelake.streaming.flow.field_types import reads_as, type_name
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.flow.table_schema import COMMENT_KEY, column_doc, table_schema
 
@@ -43,14 +43,6 @@ log = logging.getLogger(__name__)
 
 FIELD_METADATA_KEY = "tidelake.protobuf"
 Role = Literal["key", "event_time", "required"]
-
-_TYPE_NAMES = {
-    value: name.removeprefix("TYPE_").lower()
-    for name, value in vars(FieldDescriptor).items()
-    if name.startswith("TYPE_") and isinstance(value, int)
-}
-_WIDENINGS = {("int32", "int64"), ("sint32", "sint64"), ("uint32", "uint64"), ("uint32", "int64")}
-"""Proto type changes that keep every value and its wire encoding."""
 
 
 class SchemaChangeError(SetupError, RuntimeError):
@@ -94,7 +86,7 @@ def field_contracts(flow: FlowSpec) -> dict[str, FieldContract]:
     roles[flow.event_time_field] = "event_time"
     roles[flow.key_field] = "key"
     return {
-        f.name: FieldContract(f.number, _type_name(f), roles.get(f.name))
+        f.name: FieldContract(f.number, type_name(f), roles.get(f.name))
         for f in flow.message.DESCRIPTOR.fields
     }
 
@@ -247,7 +239,7 @@ def _follows(
     """Whether a column of type `column`, made from field `before`, can hold field `now`
     (whose column type is `want`)."""
     if before is not None and before.type != now.type:
-        return (before.type, now.type) in _WIDENINGS
+        return reads_as(before.type, now.type)
     return same_column_type(column, want) or (column, want) == (pa.int32(), pa.int64())
 
 
@@ -275,8 +267,3 @@ def _rewrite_wider(table: DeltaTable, flow: FlowSpec, want: pa.Schema, columns: 
             custom_metadata={"tidelake.widened_columns": ",".join(columns)}
         ),
     )
-
-
-def _type_name(f: FieldDescriptor) -> str:
-    name = _TYPE_NAMES[f.type]
-    return f"repeated {name}" if f.is_repeated else name

@@ -34,9 +34,11 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from tidelake.streaming.delta.commit import commit_files, ensure_table, table_transaction
 from tidelake.streaming.delta.evolution import evolve_table
 from tidelake.streaming.delta.files import write_arrow_files, write_data_files
-from tidelake.streaming.flow.engine_columns import ERROR_COLUMN
+from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.flow.engine_columns import ERROR_COLUMN, SCHEMA_ID_COLUMN
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.flow.table_schema import quarantine_columns, table_columns
+from tidelake.streaming.schemas.writer_schemas import WriterSchemas
 from tidelake.streaming.storage.location import Location
 
 log = logging.getLogger(__name__)
@@ -93,9 +95,20 @@ class MicroBatchWriter:
     table_uri: str
     quarantine_uri: str
     checkpoint: str
+    schemas: WriterSchemas
+    failure: TidelakeError | None = field(default=None, init=False)
+    """Why the last batch was abandoned before any commit, in tidelake's words (Spark wraps
+    it in its own traceback): NewWriterSchemasError asks for the query to be started again."""
     _app_id: str | None = field(default=None, init=False)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        try:
+            self._write(batch, batch_id)
+        except TidelakeError as exc:
+            self.failure = exc
+            raise
+
+    def _write(self, batch: DataFrame, batch_id: int) -> None:
         txn = self.app_id()
         if _holds(self.table_uri, txn, batch_id):
             log.info("%s: batch %s already committed, skipping", self.table_uri, batch_id)
@@ -105,14 +118,24 @@ class MicroBatchWriter:
             batch.write.format("noop").mode("overwrite").save()
             return
         refused = Observation(f"refused-{uuid.uuid4().hex}")
-        observed = batch.observe(refused, F.collect_list(_refused_struct(batch, self.flow)))
+        observed = batch.observe(
+            refused,
+            F.collect_list(_refused_struct(batch, self.flow)),
+            F.collect_set(SCHEMA_ID_COLUMN),
+        )
         files = write_data_files(
             good_rows(observed, self.flow),
             self.table_uri,
             self.flow.partition_column,
             f"batch-{batch_id}",
         )
-        (refused_rows,) = refused.get.values()
+        refused_rows, schema_ids = refused.get.values()
+        learned = self.schemas.learn(schema_ids)
+        if learned:
+            raise NewWriterSchemasError(
+                f"batch {batch_id} holds records of schema ids {learned}, which the query's "
+                "decoder did not know; nothing of it was committed"
+            )
         # quarantine first: once the main table records a batch, all of it is written
         if refused_rows and not _holds(self.quarantine_uri, txn, batch_id):
             schema = arrow_schema(quarantine_rows(batch, self.flow))
@@ -144,6 +167,11 @@ class MicroBatchWriter:
             metadata = Location(self.checkpoint) / "metadata"
             self._app_id = app_id(json.loads(metadata.read_text())["id"])
         return self._app_id
+
+
+class NewWriterSchemasError(TidelakeError, RuntimeError):
+    """A micro-batch named writer schemas its query's decoder did not know; it was abandoned
+    before any commit, and the query is started again with their verdicts."""
 
 
 def _holds(uri: str, txn_app_id: str, txn_version: int) -> bool:

@@ -42,6 +42,14 @@ WORDING: dict[str, str] = {
     "in {unit}?",
     "closed_for_service": "{time} is on {date}, which closed at {closes}: the table accepts no "
     "more events of that day",
+    "frame_truncated": "undecodable: a Confluent frame (magic byte 0) too short for its schema id "
+    "and message indexes",
+    "frame_other_message": "{schema} names message {message}, not the flow's {flow_message}",
+    "frame_no_message": "{schema}: message index [{path}] names no message of its schema",
+    "schema_pending": "schema id {id} is not yet read from the schema registry",
+    "schema_not_registered": "schema id {id} is not in the schema registry at {registry}",
+    "schema_unreadable": "{schema} cannot be read: {problem}",
+    "schema_breaks_contract": "{schema} breaks the flow's contract: {problems}",
 }
 """Every reason the contract and the arrival rule give, once: the stream builds its Spark SQL
 from these (`reason_column`), and they are exported to the JVM (`service_contract` for the

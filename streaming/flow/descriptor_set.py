@@ -44,6 +44,18 @@ def descriptor_set(flow: FlowSpec) -> bytes:
     return load_descriptor_set(path, flow.message.DESCRIPTOR.file)
 
 
+def proto_source(flow: FlowSpec) -> Path:
+    """The .proto file the flow's message was generated from (registered as its schema)."""
+    path = _descriptor_set_path(flow.message)
+    source = None if path is None else path.with_suffix(".proto")
+    if source is None or not source.exists():
+        raise DescriptorSetError(
+            f"flow {flow.name}: the .proto of {flow.message.DESCRIPTOR.full_name} is not next to "
+            f"its generated module (looked for {source})"
+        )
+    return source
+
+
 def load_descriptor_set(path: Path, file: FileDescriptor) -> bytes:
     """The descriptor set at path, refused unless it holds `file` as its generated code has it."""
     try:

@@ -16,6 +16,7 @@ INGEST_TIME_COLUMN = "ingest_time"
 ERROR_COLUMN = "_error"
 RAW_KEY_COLUMN = "_key"
 RAW_VALUE_COLUMN = "_value"
+SCHEMA_ID_COLUMN = "_schema_id"
 
 ENGINE_COLUMNS = (
     *KAFKA_COLUMNS,
@@ -23,6 +24,7 @@ ENGINE_COLUMNS = (
     ERROR_COLUMN,
     RAW_KEY_COLUMN,
     RAW_VALUE_COLUMN,
+    SCHEMA_ID_COLUMN,
 )
 
 ENGINE_COLUMN_DESCRIPTIONS = {
@@ -34,7 +36,10 @@ ENGINE_COLUMN_DESCRIPTIONS = {
     INGEST_TIME_COLUMN: "when the engine read the record from Kafka, UTC",
     ERROR_COLUMN: "why the record was quarantined: the first rule it broke",
     RAW_KEY_COLUMN: "the record's Kafka key as sent",
-    RAW_VALUE_COLUMN: "the record's Kafka value as sent (the serialized protobuf message)",
+    RAW_VALUE_COLUMN: "the record's Kafka value as sent (the serialized protobuf message, "
+    "framed or bare)",
+    SCHEMA_ID_COLUMN: "the writer schema's registry id of a Confluent-framed record, null for a "
+    "bare one",
 }
 """One line per engine column, shown as its column doc (Delta column comment, Dagster UI)."""
 PARTITION_COLUMN_DESCRIPTION = "UTC date of the event time: the table's daily partition"

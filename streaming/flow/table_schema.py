@@ -29,6 +29,7 @@ from tidelake.streaming.flow.engine_columns import (
     PARTITION_COLUMN_DESCRIPTION,
     RAW_KEY_COLUMN,
     RAW_VALUE_COLUMN,
+    SCHEMA_ID_COLUMN,
 )
 from tidelake.streaming.flow.spec import FlowSpec
 
@@ -118,6 +119,7 @@ def decoded_columns(flow: FlowSpec) -> list[str]:
         ERROR_COLUMN,
         RAW_KEY_COLUMN,
         RAW_VALUE_COLUMN,
+        SCHEMA_ID_COLUMN,
     ]
 
 

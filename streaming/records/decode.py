@@ -45,9 +45,11 @@ from tidelake.streaming.flow.engine_columns import (
     KAFKA_TOPIC,
     RAW_KEY_COLUMN,
     RAW_VALUE_COLUMN,
+    SCHEMA_ID_COLUMN,
 )
 from tidelake.streaming.flow.spec import EVENT_TIME_UNITS_PER_SECOND, FlowSpec
 from tidelake.streaming.flow.table_schema import decoded_columns
+from tidelake.streaming.schemas.writer_schemas import WriterSchemas
 
 MAX_EPOCH_US = 7_258_118_400_000_000
 """2200-01-01: later event times are treated as corrupt."""
@@ -58,15 +60,22 @@ KAFKA_TIMEOUT_S = 30.0
 
 
 def decode_records(
-    records: DataFrame, flow: FlowSpec, kafka_conf: Mapping[str, str] | None = None
+    records: DataFrame,
+    flow: FlowSpec,
+    kafka_conf: Mapping[str, str] | None = None,
+    schemas: WriterSchemas | None = None,
 ) -> DataFrame:
     """Spark Kafka source rows -> the flow's decoded rows (see the module docstring).
 
     With kafka_conf the whole arrival rule applies: also a record behind one stamped after its
     date closed is too late (Kafka's time index, asked from the executors; see
     dev.tidelake.spark.KafkaTimeIndex). Without it, only a record's own timestamp is judged.
+    `schemas` holds the verdicts on framed records' writer schemas (schemas/writer_schemas.py);
+    without it they are read as the flow's own .proto. The `_schema_id` column names each
+    framed record's schema id (null for a bare one), for the caller to learn new ones.
     """
-    message = protobuf_decode(records["value"], flow).alias("_message")
+    schemas = schemas or WriterSchemas(flow, registry=None)
+    message = protobuf_decode(records["value"], flow, schemas).alias("_message")
     fields = [f.name for f in flow.message.DESCRIPTOR.fields]
     rows = records.select(
         message,
@@ -86,6 +95,7 @@ def decode_records(
     rows = rows.select(
         *[F.col(f"_message.{name}").alias(name) for name in fields],
         F.col("_message._error").alias("_decode_error"),
+        F.col(f"_message.{SCHEMA_ID_COLUMN}").alias(SCHEMA_ID_COLUMN),
         contract_error(flow, F.col("_message")).alias("_contract_error"),
         raw_time.alias("_raw_time"),
         event_us.alias("_event_us"),
@@ -116,8 +126,9 @@ def decode_records(
     )
 
 
-def protobuf_decode(value: Column, flow: FlowSpec) -> Column:
-    """The JVM decoder's struct of the flow's message (its fields, then `_error`)."""
+def protobuf_decode(value: Column, flow: FlowSpec, schemas: WriterSchemas) -> Column:
+    """The JVM decoder's struct of the flow's message (its fields, then `_error` and
+    `_schema_id`)."""
     from pyspark.sql import SparkSession
 
     spark = SparkSession.getActiveSession()
@@ -129,6 +140,7 @@ def protobuf_decode(value: Column, flow: FlowSpec) -> Column:
         flow.message.DESCRIPTOR.full_name,
         bytearray(descriptor_set(flow)),
         WORDING["unknown_enum"],
+        schemas.framing(),
     )
     return ClassicColumn(java_column)
 

@@ -17,6 +17,7 @@ from tidelake.streaming.delta.write import MicroBatchWriter, ensure_flow_tables
 from tidelake.streaming.flow.registry import declared_flows
 from tidelake.streaming.records.decode import decode_records
 from tidelake.streaming.records.dedup import drop_repeats_in_stream
+from tidelake.streaming.schemas.writer_schemas import WriterSchemas
 from tidelake.streaming.spark.session import build_spark_session
 
 EVENT_TIME_MS = 1_700_000_000_000
@@ -45,9 +46,10 @@ def train(archive: str, work: str) -> None:
         )
     )
     table, quarantine, checkpoint = f"{work}/table", f"{work}/quarantine", f"{work}/checkpoint"
-    decoded = decode_records(records, flow)
+    schemas = WriterSchemas(flow, registry=None)
+    decoded = decode_records(records, flow, schemas=schemas)
     ensure_flow_tables(decoded, flow, table, quarantine)
-    writer = MicroBatchWriter(flow, table, quarantine, checkpoint)
+    writer = MicroBatchWriter(flow, table, quarantine, checkpoint, schemas)
 
     def write(batch: Any, batch_id: int) -> None:
         writer(batch, batch_id)

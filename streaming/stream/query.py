@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.errors import StreamingQueryException
@@ -14,7 +14,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from tidelake.streaming.delta.evolution import evolve_table
-from tidelake.streaming.delta.write import MicroBatchWriter, ensure_flow_tables
+from tidelake.streaming.delta.write import (
+    MicroBatchWriter,
+    NewWriterSchemasError,
+    ensure_flow_tables,
+)
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.admin import ensure_topic, require_topic
@@ -24,6 +28,8 @@ from tidelake.streaming.kafka.read import (
 )
 from tidelake.streaming.records.decode import decode_records
 from tidelake.streaming.records.dedup import drop_repeats_in_stream
+from tidelake.streaming.schemas.registry import SchemaRegistry
+from tidelake.streaming.schemas.writer_schemas import WriterSchemas
 from tidelake.streaming.settings import EngineSettings, redact
 from tidelake.streaming.stream.checkpoint_upgrade import (
     lacks_state,
@@ -49,6 +55,11 @@ class FlowStream:
     flow: FlowSpec
     settings: EngineSettings
     kafka_conf: Mapping[str, str]
+    schemas: WriterSchemas = field(init=False)
+    _writer: MicroBatchWriter | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.schemas = WriterSchemas(self.flow, SchemaRegistry.from_env())
 
     @property
     def query_name(self) -> str:
@@ -96,9 +107,14 @@ class FlowStream:
             self.flow.name, self.flow.topic, self.checkpoint, self.table_uri
         )
         evolve_table(self.flow, self.table_uri)
+        self.schemas.prefetch()
 
     def explain_failure(self, message: str) -> str:
         return explain_query_failure(message, self.kafka_conf)
+
+    def batch_error(self) -> TidelakeError | None:
+        """Why the query's last batch was abandoned, if tidelake raised it (delta/write.py)."""
+        return None if self._writer is None else self._writer.failure
 
     def start(self, spark: SparkSession, *, available_now: bool = False) -> StreamingQuery:
         """Start the query (call preflight first: it prepares the checkpoint)."""
@@ -117,13 +133,14 @@ class FlowStream:
             max_offsets_per_trigger=self.settings.max_offsets_per_trigger,
             fail_on_data_loss=self.settings.fail_on_data_loss,
         )
-        decoded = decode_records(records, self.flow, self.kafka_conf)
+        decoded = decode_records(records, self.flow, self.kafka_conf, self.schemas)
         ensure_flow_tables(decoded, self.flow, self.table_uri, self.quarantine_uri)
+        self._writer = MicroBatchWriter(
+            self.flow, self.table_uri, self.quarantine_uri, self.checkpoint, self.schemas
+        )
         writer = (
             drop_repeats_in_stream(decoded, self.flow)
-            .writeStream.foreachBatch(
-                MicroBatchWriter(self.flow, self.table_uri, self.quarantine_uri, self.checkpoint)
-            )
+            .writeStream.foreachBatch(self._writer)
             .queryName(self.query_name)
             .option("checkpointLocation", self.checkpoint)
         )
@@ -177,6 +194,31 @@ def finish_current_batch(query: StreamingQuery, grace_s: float = BATCH_GRACE_S) 
         and time.monotonic() < deadline
     ):
         time.sleep(0.05)
+
+
+def run_query(
+    start: Callable[[], StreamingQuery],
+    stop: threading.Event,
+    progress_interval_s: float = 10.0,
+    on_progress: ProgressHandler = log_progress,
+    explain: Callable[[str], str] = str,
+    batch_error: Callable[[], TidelakeError | None] = lambda: None,
+) -> None:
+    """Start the query and await it (await_query). When a batch failed with one of tidelake's
+    errors (batch_error), raise that one line instead of Spark's wrapping; start the query again,
+    in the same session, when that error was learning new writer schemas."""
+    while True:
+        query = start()
+        try:
+            await_query(query, stop, progress_interval_s, on_progress, explain)
+            return
+        except StreamFailedError:
+            error = batch_error()
+            if error is None:
+                raise
+            if stop.is_set() or not isinstance(error, NewWriterSchemasError):
+                raise error from None
+            log.info("%s: starting again to decode the writer schemas it learned", query.name)
 
 
 def await_query(

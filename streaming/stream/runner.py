@@ -19,7 +19,7 @@ from types import FrameType
 
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
-from tidelake.streaming.stream.query import FlowStream, await_query
+from tidelake.streaming.stream.query import FlowStream, run_query
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +42,12 @@ def run_flow_stream(
     started = time.monotonic()
     spark = build_spark_session(settings.spark_master, settings.spark_conf, f"tidelake-{flow.name}")
     log.info("spark session ready in %.1fs", time.monotonic() - started)
-    query = stream.start(spark, available_now=available_now)
-    await_query(query, stop or threading.Event(), explain=stream.explain_failure)
+    run_query(
+        lambda: stream.start(spark, available_now=available_now),
+        stop or threading.Event(),
+        explain=stream.explain_failure,
+        batch_error=stream.batch_error,
+    )
 
 
 @contextmanager

@@ -47,6 +47,11 @@ EXIT_CODES = {
     "ConditionalPutUnsupportedError": 2,
     "S3ServerError": 1,
     "S3ServerMissingError": 2,
+    "SchemaRegistryUnavailableError": 2,
+    "SchemaRegistrationError": 2,
+    "NewWriterSchemasError": 1,
+    "RegistryServerError": 1,
+    "RegistryServerMissingError": 2,
 }
 PLATFORM_MODULES = [
     "tidelake.platform.cli",
@@ -58,6 +63,7 @@ PLATFORM_MODULES = [
     "tidelake.platform.local.kafka_broker",
     "tidelake.platform.local.spark_cluster",
     "tidelake.platform.local.s3_server",
+    "tidelake.platform.local.schema_registry",
 ]
 
 

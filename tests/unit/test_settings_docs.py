@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from tidelake.platform.cli import main
+from tidelake.streaming.schemas.registry import ENV_PREFIX as REGISTRY_PREFIX
 from tidelake.streaming.settings import EngineSettings, HostSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,4 +39,6 @@ def test_every_variable_tidelake_reads_is_in_the_manual() -> None:
 
 
 def test_every_variable_in_the_manual_is_read() -> None:
-    assert documented() - read_by_tidelake() == set()
+    # every TIDELAKE_SCHEMA_REGISTRY_<SETTING> is handed to the registry client, as KAFKA_* are
+    passed_through = {name for name in documented() if name.startswith(REGISTRY_PREFIX)}
+    assert documented() - read_by_tidelake() - passed_through == set()

@@ -43,11 +43,14 @@ from tidelake.streaming.calls.anomaly.store import ModelCache
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.delta.commit import append_rows_once
 from tidelake.streaming.delta.write import app_id
+from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow.engine_columns import ERROR_COLUMN
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.admin import ensure_topic, quiet_client_config, require_topic
 from tidelake.streaming.kafka.read import explain_query_failure, stream_records
 from tidelake.streaming.records.decode import decode_records
+from tidelake.streaming.schemas.registry import SchemaRegistry
+from tidelake.streaming.schemas.writer_schemas import WriterSchemas
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.storage.location import Location
 from tidelake.streaming.stream.query import StreamFailedError
@@ -91,6 +94,9 @@ class AnomalyDetector:
         self._app_id = ""
         self.batches_scored = 0
         self.last_model_version: int | None = None
+        # the writer schemas of the topic's subject, read at start; a schema id first met later
+        # is refused as pending and its records are not scored until the detector restarts
+        self.schemas = WriterSchemas(self.flow, SchemaRegistry.from_env())
 
     @property
     def checkpoint(self) -> str:
@@ -102,7 +108,12 @@ class AnomalyDetector:
 
     def preflight(self) -> None:
         require_topic(self.kafka_conf, self.flow.topic)
+        self.schemas.prefetch()
         ensure_topic(self.kafka_conf, self.alerts_topic, 1)
+
+    def batch_error(self) -> TidelakeError | None:
+        """None: the detector's batches raise nothing of tidelake's own to report instead."""
+        return None
 
     def explain_failure(self, message: str) -> str:
         return explain_query_failure(message, self.kafka_conf)
@@ -120,7 +131,7 @@ class AnomalyDetector:
             fail_on_data_loss=self.settings.fail_on_data_loss,
         )
         # the same decode and rules as the flow's stream: it scores what the table accepts
-        decoded = decode_records(records, self.flow, self.kafka_conf)
+        decoded = decode_records(records, self.flow, self.kafka_conf, self.schemas)
         events = decoded.where(F.col(ERROR_COLUMN).isNull())
         self._producer = Producer(_alert_producer_config(self.kafka_conf))
         log.info(

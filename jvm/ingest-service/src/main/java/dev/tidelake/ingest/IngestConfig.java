@@ -7,6 +7,7 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.Base64;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.Properties;
@@ -37,6 +38,7 @@ record IngestConfig(
     String securityProtocol,
     String kafkaUnreachable,
     String topic,
+    byte[] valuePrefix,
     String tableUri,
     Map<String, String> hadoop,
     String tableName,
@@ -74,11 +76,18 @@ record IngestConfig(
         kafka.getProperty("security.protocol", "PLAINTEXT"),
         optional(o, "kafka_unreachable"),
         o.get("topic").getAsString(),
+        valuePrefix(o),
         o.get("table_uri").getAsString(),
         Map.copyOf(hadoop),
         o.get("table").getAsString(),
         o.get("offset_column").getAsString(),
         o.getAsJsonObject("contract"));
+  }
+
+  /** Written before every value: a Confluent frame (streaming/schemas/framing.py), or none. */
+  private static byte[] valuePrefix(JsonObject o) {
+    String prefix = optional(o, "value_prefix");
+    return prefix == null ? new byte[0] : Base64.getDecoder().decode(prefix);
   }
 
   private static String optional(JsonObject o, String name) {

@@ -1,6 +1,7 @@
 package dev.tidelake.ingest;
 
 import java.time.Duration;
+import java.util.Arrays;
 import java.util.Properties;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
@@ -40,6 +41,7 @@ final class TopicProducer implements AutoCloseable {
   private final Properties clientConfig;
   private final Properties producerConfig;
   private final String topic;
+  private final byte[] valuePrefix;
   private final String bootstrap;
   private final String protocol;
   private volatile Producer<byte[], byte[]> producer;
@@ -51,6 +53,7 @@ final class TopicProducer implements AutoCloseable {
   TopicProducer(IngestConfig config) {
     this.clientConfig = config.kafka();
     this.topic = config.topic();
+    this.valuePrefix = config.valuePrefix();
     this.bootstrap = config.bootstrapServers();
     this.protocol = config.securityProtocol().toUpperCase(java.util.Locale.ROOT);
     this.producerConfig = new Properties();
@@ -93,6 +96,16 @@ final class TopicProducer implements AutoCloseable {
     return down;
   }
 
+  /** The value as written: after the configured prefix (a Confluent frame), if any. */
+  private byte[] framed(byte[] value) {
+    if (valuePrefix.length == 0) {
+      return value;
+    }
+    byte[] out = Arrays.copyOf(valuePrefix, valuePrefix.length + value.length);
+    System.arraycopy(value, 0, out, valuePrefix.length, value.length);
+    return out;
+  }
+
   /** Events handed to Kafka and not answered yet. */
   long waiting() {
     return waiting.get();
@@ -108,7 +121,8 @@ final class TopicProducer implements AutoCloseable {
     if (reason != null) {
       throw new Unavailable("Kafka is unreachable: " + reason);
     }
-    ProducerRecord<byte[], byte[]> record = new ProducerRecord<>(topic, null, timestampMs, key, value);
+    ProducerRecord<byte[], byte[]> record =
+        new ProducerRecord<>(topic, null, timestampMs, key, framed(value));
     waiting.incrementAndGet();
     Callback counted =
         (metadata, error) -> {

@@ -32,43 +32,60 @@ import org.apache.spark.sql.types.StructType;
  * {@code from_protobuf} that tidelake uses (spark-protobuf is not served by the Maven Central
  * this project reaches), plus a reason for every record it cannot turn into a row.
  *
- * <p>The struct holds the message's fields in declaration order and then {@code _error}: null
+ * <p>The struct holds the message's fields in declaration order, then {@code _error}: null
  * for a good record, else why it was refused (undecodable bytes, empty value, a wire type that
  * does not match the field's declared type, an enum number the contract does not know, an
  * unsigned 64-bit value beyond Delta's signed long), naming the field by its path
- * ({@code position.x}). Types: enums by name; uint32 and fixed32 as long (Delta has no unsigned
- * types); a nested message as a struct, null when not sent; a repeated field as an array (packed
- * or not on the wire), empty when not sent; a map as an array of key/value structs; a field with
- * presence (proto3 {@code optional}) that was not sent is null, other unset fields hold proto3's
- * zero value. Recursive message types are refused (a Spark type is finite).
+ * ({@code position.x}); then {@code _schema_id}. Types: enums by name; uint32 and fixed32 as
+ * long (Delta has no unsigned types); a nested message as a struct, null when not sent; a
+ * repeated field as an array (packed or not on the wire), empty when not sent; a map as an array
+ * of key/value structs; a field with presence (proto3 {@code optional}) that was not sent is
+ * null, other unset fields hold proto3's zero value. Recursive message types are refused (a
+ * Spark type is finite).
+ *
+ * <p>A value may be bare or Confluent-framed (what Confluent's serializers write), told apart per
+ * record with no setting: a bare message never begins with byte 0 (field number 0 does not
+ * exist), a frame always does. A frame's record is decoded or refused by the driver's verdict on
+ * its schema id and message path, the {@code framing} argument ({@link ConfluentFraming}), and
+ * {@code _schema_id} holds the id (also when refused) so the driver can learn new ones; it is
+ * null for a bare record.
  *
  * <p>Parsing walks the wire format once with {@link CodedInputStream} against field tables
- * built from the descriptor, instead of building a DynamicMessage per record.
+ * built from the descriptor, in place in the value (no copy), instead of building a
+ * DynamicMessage per record: this runs for every record of every flow.
  */
 public final class ProtobufDecoder implements UDF1<byte[], Row> {
   private static final long serialVersionUID = 1L;
   public static final String ERROR_FIELD = "_error";
+  public static final String SCHEMA_ID_FIELD = "_schema_id";
 
   private final byte[] descriptorSet;
   private final String messageName;
   private final String unknownEnum;
+  private final String framing;
+  // rebuilt from the fields above after the UDF is shipped to an executor
   private transient MessageLayout layout;
+  private transient ConfluentFraming frames;
 
   /**
    * @param unknownEnum the reason for an enum number the message does not declare, with
    *     {@code {number}} and {@code {choices}} to fill (streaming/flow/contract.py's WORDING)
+   * @param framing the verdicts on framed records, as JSON (streaming/schemas/writer_schemas.py,
+   *     {@code WriterSchemas.framing}); see {@link ConfluentFraming}
    */
-  public ProtobufDecoder(byte[] descriptorSet, String messageName, String unknownEnum) {
+  public ProtobufDecoder(
+      byte[] descriptorSet, String messageName, String unknownEnum, String framing) {
     this.descriptorSet = descriptorSet.clone();
     this.messageName = messageName;
     this.unknownEnum = unknownEnum;
+    this.framing = framing;
     prepare();
   }
 
   /** {@code decode(value)} as a column of the struct described above. */
-  public static Column decode(
-      Column value, String messageName, byte[] descriptorSet, String unknownEnum) {
-    ProtobufDecoder decoder = new ProtobufDecoder(descriptorSet, messageName, unknownEnum);
+  public static Column decode(Column value, String messageName, byte[] descriptorSet,
+      String unknownEnum, String framing) {
+    ProtobufDecoder decoder = new ProtobufDecoder(descriptorSet, messageName, unknownEnum, framing);
     return functions.udf(decoder, decoder.schema()).apply(value);
   }
 
@@ -76,6 +93,7 @@ public final class ProtobufDecoder implements UDF1<byte[], Row> {
   public StructType schema() {
     List<StructField> fields = new ArrayList<>(List.of(layout.type.fields()));
     fields.add(DataTypes.createStructField(ERROR_FIELD, DataTypes.StringType, true));
+    fields.add(DataTypes.createStructField(SCHEMA_ID_FIELD, DataTypes.IntegerType, true));
     return DataTypes.createStructType(fields);
   }
 
@@ -84,33 +102,46 @@ public final class ProtobufDecoder implements UDF1<byte[], Row> {
     if (layout == null) {
       prepare();
     }
-    Object[] row = new Object[layout.slots.length + 1];
+    int width = layout.slots.length;
+    int errorSlot = width;
+    Object[] row = new Object[width + 2];  // the fields, _error, _schema_id
     if (value == null || value.length == 0) {
-      System.arraycopy(layout.unsetValues(), 0, row, 0, layout.slots.length);
-      row[layout.slots.length] = "empty value";
-      return RowFactory.create(row);
+      return refused(row, "empty value");
+    }
+    int offset = 0;
+    if (value[0] == ConfluentFraming.MAGIC) {
+      offset = frames.read(value, row, width + 1, errorSlot);
+      if (offset < 0) {
+        return refused(row, (String) row[errorSlot]);
+      }
     }
     try {
-      Object parsed = layout.parse(CodedInputStream.newInstance(value), "");
+      Object parsed =
+          layout.parse(CodedInputStream.newInstance(value, offset, value.length - offset), "");
       if (parsed instanceof Refusal refusal) {
-        System.arraycopy(layout.unsetValues(), 0, row, 0, layout.slots.length);
-        row[layout.slots.length] = refusal.reason;
-      } else {
-        System.arraycopy((Object[]) parsed, 0, row, 0, layout.slots.length);
+        return refused(row, refusal.reason);
       }
+      System.arraycopy((Object[]) parsed, 0, row, 0, width);
     } catch (InvalidProtocolBufferException e) {
-      System.arraycopy(layout.unsetValues(), 0, row, 0, layout.slots.length);
-      row[layout.slots.length] = "undecodable: " + e.getMessage();
+      return refused(row, "undecodable: " + e.getMessage());
     } catch (IOException e) {
-      System.arraycopy(layout.unsetValues(), 0, row, 0, layout.slots.length);
-      row[layout.slots.length] = "undecodable: " + e;
+      return refused(row, "undecodable: " + e);
     }
+    return RowFactory.create(row);
+  }
+
+  /** The row of a refused record: unset fields and the reason (its _schema_id kept). */
+  private Row refused(Object[] row, String reason) {
+    int width = layout.slots.length;
+    System.arraycopy(layout.unsetValues(), 0, row, 0, width);
+    row[width] = reason;
     return RowFactory.create(row);
   }
 
   private void prepare() {
     layout = new MessageLayout(
         findMessage(descriptorSet, messageName), new LinkedHashSet<>(), unknownEnum);
+    frames = new ConfluentFraming(framing);
   }
 
   private static Descriptor findMessage(byte[] descriptorSet, String messageName) {
