@@ -48,15 +48,14 @@ def writer_schemas_metadata(schemas: WriterSchemas) -> dict[str, Any]:
     schema id, the subject versions it is registered under, and whether records of it land or
     why they are quarantined."""
     lines = ["| schema id | registered as | records |", "|---|---|---|"]
-    for schema_id, label in sorted(schemas.seen.items()):
+    for schema_id in sorted(schemas.seen):
         verdict = schemas.verdicts.get(schema_id)
-        versions = label.partition("(")[2].rstrip(")") or "-"
         if verdict is None:
-            fate = "read as the flow's own .proto (no registry)"
-        elif None in verdict.paths.values():
-            fate = "land"
+            versions, fate = "-", "read as the flow's own .proto (no registry)"
         else:
-            fate = "quarantined: " + (next(iter(verdict.paths.values()), None) or verdict.other)
+            refusal = verdict.refusal
+            versions = verdict.registered_as or "-"
+            fate = "land" if refusal is None else f"quarantined: {refusal}"
         lines.append(f"| {schema_id} | {versions} | {fate} |")
     return {
         "writer_schema_ids": dg.MetadataValue.text(", ".join(map(str, sorted(schemas.seen)))),

@@ -42,7 +42,6 @@ from tidelake.streaming.kafka.offsets import Offsets, PartitionEnds, from_json_o
 from tidelake.streaming.kafka.read import read_records
 from tidelake.streaming.records.decode import decode_records
 from tidelake.streaming.records.dedup import drop_repeats_in_batch
-from tidelake.streaming.schemas.registry import SchemaRegistry
 from tidelake.streaming.schemas.writer_schemas import WriterSchemas
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.storage.location import Location
@@ -216,7 +215,7 @@ def run_backfill(
     flow = plan.flow
     started = time.monotonic()
     uri = settings.table_uri(flow.table)
-    schemas = WriterSchemas(flow, SchemaRegistry.from_env())
+    schemas = WriterSchemas.from_env(flow)
     schemas.prefetch()
     while True:
         records = read_records(spark, flow, kafka_conf, plan.start, plan.end)

@@ -56,9 +56,14 @@ class WriterSchema:
     """(subject, version) pairs the id is registered under."""
 
     @property
+    def registered_as(self) -> str:
+        """The subject versions it is registered under: "call_events-value v2", or ""."""
+        return ", ".join(f"{subject} v{version}" for subject, version in self.versions)
+
+    @property
     def label(self) -> str:
         """How a person finds it in the registry: "schema id 7 (call_events-value v2)"."""
-        named = ", ".join(f"{subject} v{version}" for subject, version in self.versions)
+        named = self.registered_as
         return f"schema id {self.schema_id}" + (f" ({named})" if named else "")
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
@@ -51,8 +51,20 @@ class Verdict:
     """Path ("0", "1.0") -> None to decode as the flow's message, else the refusal."""
     other: str
     """The refusal for a path the schema does not have ({path} filled by the decoder)."""
+    flow_path: str | None = None
+    """The path of the flow's message in the schema, None if the schema does not have it."""
     label: str = ""
     """How the schema is shown: its id and the subject versions it is registered under."""
+    registered_as: str = ""
+    """The subject versions alone ("call_events-value v2"), "" when not known."""
+
+    @property
+    def refusal(self) -> str | None:
+        """Why records of the schema are quarantined when they name the flow's message (or,
+        for a schema without it, the first message); None when they land."""
+        if self.flow_path is not None:
+            return self.paths[self.flow_path]
+        return self.paths.get("0") or self.other
 
     def as_data(self) -> dict[str, object]:
         return {"paths": self.paths, "other": self.other}
@@ -66,12 +78,12 @@ def own_verdict(flow: FlowSpec) -> Verdict:
 def writer_verdict(flow: FlowSpec, writer: WriterSchema) -> Verdict:
     """The verdict on a schema read from the registry."""
     verdict = _verdict(flow, message_paths(writer.file), writer.label)
-    return Verdict(verdict.paths, verdict.other, writer.label)
+    return replace(verdict, label=writer.label, registered_as=writer.registered_as)
 
 
 def refused_verdict(reason: str, label: str) -> Verdict:
     """Every record of the schema refused with reason."""
-    return Verdict({}, reason, label)
+    return Verdict({}, reason, label=label)
 
 
 def contract_breaks(written: Descriptor, read: Descriptor, prefix: str = "") -> list[str]:
@@ -112,6 +124,11 @@ class WriterSchemas:
     verdicts: dict[int, Verdict] = field(default_factory=dict)
     seen: dict[int, str] = field(default_factory=dict)
     """Schema ids in records the flow has read, with their labels."""
+
+    @classmethod
+    def from_env(cls, flow: FlowSpec) -> WriterSchemas:
+        """The flow's verdicts with the registry the environment names, if any."""
+        return cls(flow, SchemaRegistry.from_env())
 
     def framing(self) -> str:
         """The decoder's `framing` argument: every verdict and reason, as JSON."""
@@ -172,6 +189,7 @@ class WriterSchemas:
 def _verdict(flow: FlowSpec, messages: Iterable[tuple[str, Descriptor]], schema: str) -> Verdict:
     want = flow.message.DESCRIPTOR
     paths: dict[str, str | None] = {}
+    flow_path = None
     for path, message in messages:
         if message.full_name != want.full_name:
             paths[path] = _fill(
@@ -181,13 +199,14 @@ def _verdict(flow: FlowSpec, messages: Iterable[tuple[str, Descriptor]], schema:
                 flow_message=want.full_name,
             )
             continue
+        flow_path = path
         problems = contract_breaks(message, want)
         paths[path] = (
             _fill("schema_breaks_contract", schema=schema, problems="; ".join(problems))
             if problems
             else None
         )
-    return Verdict(paths, _fill("frame_no_message", schema=schema))
+    return Verdict(paths, _fill("frame_no_message", schema=schema), flow_path)
 
 
 def _fill(key: str, **values: str) -> str:

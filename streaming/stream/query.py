@@ -28,7 +28,6 @@ from tidelake.streaming.kafka.read import (
 )
 from tidelake.streaming.records.decode import decode_records
 from tidelake.streaming.records.dedup import drop_repeats_in_stream
-from tidelake.streaming.schemas.registry import SchemaRegistry
 from tidelake.streaming.schemas.writer_schemas import WriterSchemas
 from tidelake.streaming.settings import EngineSettings, redact
 from tidelake.streaming.stream.checkpoint_upgrade import (
@@ -59,7 +58,7 @@ class FlowStream:
     _writer: MicroBatchWriter | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        self.schemas = WriterSchemas(self.flow, SchemaRegistry.from_env())
+        self.schemas = WriterSchemas.from_env(self.flow)
 
     @property
     def query_name(self) -> str:

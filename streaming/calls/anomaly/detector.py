@@ -49,7 +49,6 @@ from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.admin import ensure_topic, quiet_client_config, require_topic
 from tidelake.streaming.kafka.read import explain_query_failure, stream_records
 from tidelake.streaming.records.decode import decode_records
-from tidelake.streaming.schemas.registry import SchemaRegistry
 from tidelake.streaming.schemas.writer_schemas import WriterSchemas
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.storage.location import Location
@@ -96,7 +95,7 @@ class AnomalyDetector:
         self.last_model_version: int | None = None
         # the writer schemas of the topic's subject, read at start; a schema id first met later
         # is refused as pending and its records are not scored until the detector restarts
-        self.schemas = WriterSchemas(self.flow, SchemaRegistry.from_env())
+        self.schemas = WriterSchemas.from_env(self.flow)
 
     @property
     def checkpoint(self) -> str:
