@@ -12,6 +12,10 @@ So: outside a JVM call the host's handler runs at once. Inside one, the Spark jo
 from another thread (its own py4j connection); the cancelled action's error, when it leaves the
 session's `with` block, becomes the host's interrupt, and if the call returned without one the
 signal is sent again once it has, to reach the host's handler.
+
+The session is made on a thread of its own: PySpark installs its handler only when a SparkContext
+is made on the main thread, and making one takes seconds of JVM calls, long enough for a Ctrl-C to
+land there (it did, in CI). The main thread waits with the host's handler in front.
 """
 
 from __future__ import annotations
@@ -47,8 +51,8 @@ def in_jvm_call(frame: FrameType | None) -> bool:
 class InterruptBetweenJvmCalls:
     """The SIGINT handler: the host's handler, never inside a JVM call."""
 
-    def __init__(self, spark: SparkSession, host_handler: Any):
-        self._spark = spark
+    def __init__(self, host_handler: Any):
+        self.spark: SparkSession | None = None
         self._host_handler = host_handler
         self._pending = threading.Event()
 
@@ -74,7 +78,8 @@ class InterruptBetweenJvmCalls:
 
     def _cancel_then_resend(self) -> None:
         try:
-            self._spark.sparkContext.cancelAllJobs()
+            if self.spark is not None:
+                self.spark.sparkContext.cancelAllJobs()
         except Exception as exc:  # the JVM may be gone already; the signal still goes through
             log.debug("cancelling Spark jobs on SIGINT failed: %s", exc)
         main = threading.main_thread()
@@ -83,6 +88,27 @@ class InterruptBetweenJvmCalls:
         time.sleep(_POLL_S)  # the cancelled action's error usually delivers it first
         if main.is_alive() and self._pending.is_set():
             os.kill(os.getpid(), signal.SIGINT)
+
+
+def created_off_main_thread(create: Callable[[], SparkSession]) -> SparkSession:
+    """`create()` run on another thread while this one waits, interruptibly (a signal's handler
+    runs here, and what it raises leaves this call; the other thread is left to finish)."""
+    made: list[SparkSession] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            made.append(create())
+        except BaseException as exc:  # handed to the waiting thread
+            failed.append(exc)
+
+    worker = threading.Thread(target=run, name="spark-session-create", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(_POLL_S)
+    if failed:
+        raise failed[0]
+    return made[0]
 
 
 @contextmanager
@@ -96,11 +122,11 @@ def host_interrupts(create: Callable[[], SparkSession]) -> Iterator[SparkSession
         yield create()
         return
     host_handler = signal.getsignal(signal.SIGINT)
-    session = create()
-    handler = InterruptBetweenJvmCalls(session, host_handler)
+    handler = InterruptBetweenJvmCalls(host_handler)
     signal.signal(signal.SIGINT, handler)
     try:
-        yield session
+        handler.spark = created_off_main_thread(create)
+        yield handler.spark
     except Exception:
         if handler.pending:
             try:
