@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
+import secrets
 import shutil
 import signal
 import socket
@@ -45,6 +46,12 @@ _LOG_TAIL_BYTES = 4000
 _PORT_ATTEMPTS = 3
 _NODE_ID = 1
 DEFAULT_HEAP_MB = 512
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+ADMIN_USER = "admin"
+ROLE_USERS = ("ingest", "stream", "detector")
+"""The SCRAM users a secured broker creates besides its admin: one per role (issue 31)."""
+_BROKER_PRINCIPAL = "127.0.0.1"
+"""The CN of the broker's own certificate, its principal between broker and controller."""
 
 _live_brokers: weakref.WeakSet[LocalKafkaBroker] = weakref.WeakSet()
 
@@ -95,9 +102,15 @@ class LocalKafkaBroker:
         stop_grace_s: float = 20.0,
         java: str | None = None,
         node: KafkaNode | None = None,
+        secured: bool = False,
     ) -> None:
+        if secured and node is not None:
+            raise BrokerError("a secured local broker runs alone, not as a node of a cluster")
         self._java = java
         self._node = node
+        self._secured = secured
+        self._credentials: BrokerCredentials | None = None
+        self._ssl_port: int | None = None
         self._kept_dir = data_dir
         self._heap_mb = heap_mb
         self._startup_timeout_s = startup_timeout_s
@@ -115,6 +128,37 @@ class LocalKafkaBroker:
         if self._process is None or self._port is None:
             raise BrokerError("the local broker is not running; call start() first")
         return f"{_HOST}:{self._port}"
+
+    @property
+    def credentials(self) -> BrokerCredentials | None:
+        """A secured broker's CA, users and client certificate (None when not secured)."""
+        return self._credentials
+
+    def client_config(self, user: str = "admin") -> dict[str, str]:
+        """librdkafka settings of a client of this broker: plaintext, or for a secured broker
+        SASL_SSL as `user` (SCRAM-SHA-512), trusting the broker's CA."""
+        conf = {"bootstrap.servers": self.bootstrap_servers}
+        if self._credentials is None:
+            return conf
+        return conf | {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": SCRAM_MECHANISM,
+            "sasl.username": user,
+            "sasl.password": self._credentials.users[user],
+            "ssl.ca.location": str(self._credentials.ca),
+        }
+
+    def certificate_client_config(self) -> dict[str, str]:
+        """A secured broker's SSL listener, as the client its CA signed (mutual TLS)."""
+        if self._credentials is None or self._ssl_port is None:
+            raise BrokerError("the local broker is not secured: it has no SSL listener")
+        return {
+            "bootstrap.servers": f"{_HOST}:{self._ssl_port}",
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(self._credentials.ca),
+            "ssl.certificate.location": str(self._credentials.client_cert),
+            "ssl.key.location": str(self._credentials.client_key),
+        }
 
     @property
     def pid(self) -> int | None:
@@ -185,6 +229,9 @@ class LocalKafkaBroker:
             self._port, controller_port = self._node.port, self._node.controller_port
         else:
             self._port, controller_port = free_port(), free_port()
+        if self._secured:
+            self._ssl_port = free_port()
+            self._credentials = _make_credentials(self._workdir / "tls")
         properties = self._write_settings(self._port, controller_port)
         self._cluster_id = self._format(java, classpath, properties)
         self._process = self._spawn(java, classpath, properties)
@@ -241,6 +288,7 @@ class LocalKafkaBroker:
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            **(self._security_settings(port, controller_port) if self._credentials else {}),
             "log.dirs": str(data),
             # one replica per partition alone, three in a cluster (KafkaNode); few partitions of
             # the internal topics start faster
@@ -274,6 +322,33 @@ class LocalKafkaBroker:
         )
         return properties
 
+    def _security_settings(self, port: int, controller_port: int) -> dict[str, str]:
+        """SASL_SSL (SCRAM-SHA-512) for clients, SSL with client certificates for clients and
+        between the node's broker and controller, and Kafka's StandardAuthorizer: only the
+        admin user and the broker itself are super users, everyone else needs ACLs."""
+        assert self._credentials is not None and self._ssl_port is not None
+        tls = self._credentials
+        return {
+            "listeners": f"SASL_SSL://{_HOST}:{port},SSL://{_HOST}:{self._ssl_port},"
+            f"CONTROLLER://{_HOST}:{controller_port}",
+            "advertised.listeners": f"SASL_SSL://{_HOST}:{port},SSL://{_HOST}:{self._ssl_port}",
+            "inter.broker.listener.name": "SSL",
+            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,SSL:SSL,CONTROLLER:SSL",
+            "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(tls.broker_keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(tls.ca),
+            "ssl.client.auth": "required",
+            "listener.name.sasl_ssl.ssl.client.auth": "none",
+            "ssl.principal.mapping.rules": "RULE:^CN=([^,]+)$/$1/,DEFAULT",
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": f"User:{ADMIN_USER};User:{_BROKER_PRINCIPAL}",
+        }
+
     def _java_command(self, java: str, classpath: str, main: str) -> list[str]:
         assert self._workdir is not None
         return [
@@ -303,6 +378,8 @@ class LocalKafkaBroker:
         command = self._java_command(java, classpath, "kafka.tools.StorageTool")
         # "=" keeps an id that starts with "-" (1 in 64 of them) from reading as an option
         command += ["format", f"--cluster-id={cluster_id}", "-c", str(properties)]
+        for user, password in (self._credentials.users if self._credentials else {}).items():
+            command += ["--add-scram", f"{SCRAM_MECHANISM}=[name={user},password={password}]"]
         result = subprocess.run(  # in a session of its own: a terminal's Ctrl-C is ours to handle
             command,
             capture_output=True,
@@ -311,10 +388,10 @@ class LocalKafkaBroker:
             check=False,
             start_new_session=True,
         )
-        if result.returncode != 0:
+        if result.returncode != 0:  # its stdout lists SCRAM credentials: stderr only
             raise BrokerError(
                 f"formatting the Kafka data folder {self._workdir} failed:\n"
-                f"{(result.stdout + result.stderr).strip()[-_LOG_TAIL_BYTES:]}"
+                f"{result.stderr.strip()[-_LOG_TAIL_BYTES:]}"
             )
         return cluster_id
 
@@ -358,7 +435,7 @@ class LocalKafkaBroker:
 
         from tidelake.streaming.kafka.admin import quiet_client_config
 
-        admin = AdminClient(quiet_client_config({"bootstrap.servers": f"{_HOST}:{self._port}"}))
+        admin = AdminClient(quiet_client_config(self.client_config()))
         try:
             metadata = admin.list_topics(timeout=timeout_s)
         except KafkaException:
@@ -384,6 +461,36 @@ class LocalKafkaBroker:
             log.seek(max(0, log_path.stat().st_size - _LOG_TAIL_BYTES))
             tail = log.read().decode("utf-8", errors="replace").strip()
         return tail or "(empty log)"
+
+
+@dataclass(frozen=True)
+class BrokerCredentials:
+    """What a secured local broker's clients need: its CA, the SCRAM users' passwords, and a
+    client certificate the CA signed."""
+
+    ca: Path
+    broker_keystore: Path
+    client_cert: Path
+    client_key: Path
+    users: dict[str, str]
+
+
+def _make_credentials(folder: Path) -> BrokerCredentials:
+    """A CA and certificates made for this start, and a password per user (0600 files)."""
+    from tidelake.platform.local.certificates import make_certificates
+
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    made = make_certificates(folder)
+    keystore = folder / "broker.pem"
+    keystore.touch(mode=0o600)
+    keystore.write_bytes(made.server_key.read_bytes() + made.server_cert.read_bytes())
+    client_cert, client_key = folder / "client.pem", folder / "client.key"
+    client_cert.write_bytes(made.client_cert)
+    client_key.touch(mode=0o600)
+    client_key.write_bytes(made.client_key)
+    users = {name: secrets.token_urlsafe(18) for name in (ADMIN_USER, *ROLE_USERS)}
+    return BrokerCredentials(made.client_ca, keystore, client_cert, client_key, users)
 
 
 def kept_data_dir() -> Path:

@@ -11,6 +11,7 @@ All helpers take a librdkafka config dict, as returned by `settings.kafka_client
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import socket
@@ -65,6 +66,11 @@ class KafkaUnreachableError(KafkaAdminError):
     """No metadata could be fetched from bootstrap.servers in time."""
 
     exit_code = 2
+
+
+class KafkaAuthenticationError(KafkaUnreachableError):
+    """Kafka answered but refused the client: its credentials, its certificate, or the TLS
+    handshake; the message names which setting to check."""
 
 
 class TopicConfigError(KafkaAdminError):
@@ -275,10 +281,59 @@ def _metadata(admin: AdminClient, conf: Mapping[str, Any], timeout_s: float) -> 
         # default auto.create.topics.enable=true.
         return admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
+        refused = _security_refusal(conf, bootstrap, min(timeout_s, 5.0))
+        if refused is not None:
+            raise refused from None
         raise KafkaUnreachableError(
             f"Kafka is unreachable at bootstrap.servers={bootstrap}: no metadata within "
             f"{timeout_s:g}s ({exc.args[0].str()}){_protocol_hint(conf)}"
         ) from None
+
+
+_SECURITY_ERRORS = {KafkaError._AUTHENTICATION, KafkaError._SSL}
+
+
+def _security_refusal(
+    conf: Mapping[str, Any], bootstrap: str, timeout_s: float
+) -> KafkaAuthenticationError | None:
+    """Why Kafka refused the client, if it did: librdkafka reports a failed SASL exchange or TLS
+    handshake to its error callback, while the metadata call says only "Broker transport
+    failure". One more short metadata request, with a callback that listens."""
+    protocol = str(conf.get("security.protocol", "plaintext")).upper()
+    if protocol == "PLAINTEXT":
+        return None
+    heard: list[KafkaError] = []
+
+    def listen(error: KafkaError) -> None:
+        # a refused client certificate reaches the client as a TLS alert on a transport error
+        if error.code() in _SECURITY_ERRORS or "ssl/tls alert" in error.str().lower():
+            heard.append(error)
+
+    settings: dict[str, Any] = {**quiet_client_config(conf), "error_cb": listen}
+    probe = AdminClient(settings)
+    with contextlib.suppress(KafkaException):  # what it heard is the answer
+        probe.list_topics(timeout=timeout_s)
+    probe.poll(0.1)  # serves the error callbacks
+    if not heard:
+        return None
+    reason = re.sub(r"^\S+://\S+/\S+: ", "", heard[-1].str())
+    if heard[-1].code() == KafkaError._AUTHENTICATION:
+        user = conf.get("sasl.username", "")
+        mechanism = str(conf.get("sasl.mechanism", "GSSAPI")).upper()
+        return KafkaAuthenticationError(
+            f"Kafka at bootstrap.servers={bootstrap} refused user {user!r} ({mechanism}): "
+            f"{reason}; check KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD"
+        )
+    if "certificate verify failed" in reason:
+        hint = "check that KAFKA_SSL_CA_LOCATION holds the CA that signed the broker's certificate"
+    else:
+        hint = (
+            "the broker may have refused the client's certificate: check "
+            "KAFKA_SSL_CERTIFICATE_LOCATION and KAFKA_SSL_KEY_LOCATION"
+        )
+    return KafkaAuthenticationError(
+        f"the TLS handshake with Kafka at bootstrap.servers={bootstrap} failed: {reason}; {hint}"
+    )
 
 
 def _protocol_hint(conf: Mapping[str, Any]) -> str:

@@ -22,7 +22,6 @@ from typing import Any
 import grpc
 import psutil
 import pytest
-from certificates import Certificates, make_certificates
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kafka_topics import topic_records
 
@@ -32,6 +31,7 @@ from tidelake.platform.calls.ingest_launcher import (
     start_ingest_server,
 )
 from tidelake.platform.calls.ingest_listen import ListenError, ServiceSecurity, check_security
+from tidelake.platform.local.certificates import Certificates, make_certificates
 from tidelake.protos import service_pb2, service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent, CallSid
 

@@ -22,7 +22,6 @@ from urllib.parse import urlparse
 
 import grpc
 import pytest
-from certificates import make_certificates
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
@@ -33,6 +32,7 @@ from live_stream import cli_available_now, run_available_now
 
 from tidelake.assets.stream.job import writer_schemas_metadata
 from tidelake.platform.calls.ingest_launcher import IngestSettings, start_ingest_server
+from tidelake.platform.local.certificates import make_certificates
 from tidelake.protos import call_pb2, service_pb2_grpc
 from tidelake.streaming.batch.backfill import plan_backfill, run_backfill
 from tidelake.streaming.calls.call_events import CALL_EVENTS

@@ -29,6 +29,7 @@ EXIT_CODES = {
     "KafkaSourceError": 2,
     "KafkaAdminError": 1,
     "KafkaUnreachableError": 2,
+    "KafkaAuthenticationError": 2,
     "TopicConfigError": 1,
     "TopicMissingError": 2,
     "DeltaCommitError": 1,
@@ -64,6 +65,7 @@ PLATFORM_MODULES = [
     "tidelake.platform.local.spark_cluster",
     "tidelake.platform.local.s3_server",
     "tidelake.platform.local.schema_registry",
+    "tidelake.platform.local.certificates",
 ]
 
 

@@ -1,4 +1,5 @@
-"""Certificates made for a test: a private CA, a server's and clients' (TLS tests)."""
+"""Certificates made on the spot: a private CA, a server's and clients' (the secured local
+broker, the TLS tests)."""
 
 from __future__ import annotations
 

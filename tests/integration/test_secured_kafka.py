@@ -1,0 +1,66 @@
+"""Kafka secured as production runs it: the local broker with SASL_SSL (SCRAM-SHA-512), an SSL
+listener that requires client certificates, and Kafka's StandardAuthorizer; a refused client is
+one line naming what to check (issue 31, first part)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tidelake.platform.local.certificates import make_certificates
+from tidelake.platform.local.kafka_broker import LocalKafkaBroker
+from tidelake.streaming.kafka.admin import (
+    KafkaAuthenticationError,
+    check_reachable,
+    ensure_topic,
+    topic_partition_count,
+)
+
+
+@pytest.fixture(scope="module")
+def secured_broker() -> Iterator[LocalKafkaBroker]:
+    with LocalKafkaBroker(secured=True) as broker:
+        yield broker
+
+
+def test_the_secured_broker_serves_sasl_and_certificate_clients(
+    secured_broker: LocalKafkaBroker,
+) -> None:
+    admin = secured_broker.client_config()
+    check_reachable(admin, timeout_s=10)
+    ensure_topic(admin, "secured-topic", 2)
+    assert topic_partition_count(admin, "secured-topic") == 2
+    check_reachable(secured_broker.certificate_client_config(), timeout_s=10)
+
+
+def test_a_wrong_password_names_the_user_and_mechanism(secured_broker: LocalKafkaBroker) -> None:
+    conf = secured_broker.client_config("stream") | {"sasl.password": "not-it"}
+    with pytest.raises(KafkaAuthenticationError) as refused:
+        check_reachable(conf, timeout_s=5)
+    message = str(refused.value)
+    assert message.startswith(
+        f"Kafka at bootstrap.servers={conf['bootstrap.servers']} refused user 'stream' "
+        "(SCRAM-SHA-512): "
+    )
+    assert "invalid credentials" in message and "\n" not in message
+    assert "not-it" not in message
+
+
+def test_a_ca_that_did_not_sign_the_broker_is_named(
+    secured_broker: LocalKafkaBroker, tmp_path: Path
+) -> None:
+    other = make_certificates(tmp_path)
+    conf = secured_broker.client_config() | {"ssl.ca.location": str(other.client_ca)}
+    with pytest.raises(KafkaAuthenticationError, match="KAFKA_SSL_CA_LOCATION"):
+        check_reachable(conf, timeout_s=5)
+
+
+def test_a_client_without_a_certificate_is_refused_by_name(
+    secured_broker: LocalKafkaBroker,
+) -> None:
+    conf = secured_broker.certificate_client_config()
+    del conf["ssl.certificate.location"], conf["ssl.key.location"]
+    with pytest.raises(KafkaAuthenticationError, match="KAFKA_SSL_CERTIFICATE_LOCATION"):
+        check_reachable(conf, timeout_s=5)
