@@ -68,6 +68,12 @@ class KafkaUnreachableError(KafkaAdminError):
     exit_code = 2
 
 
+class KafkaAuthorizationError(KafkaAdminError):
+    """The principal lacks an ACL it needs; the message names the topic and the operation."""
+
+    exit_code = 2
+
+
 class KafkaAuthenticationError(KafkaUnreachableError):
     """Kafka answered but refused the client: its credentials, its certificate, or the TLS
     handshake; the message names which setting to check."""
@@ -106,11 +112,33 @@ def require_topic(conf: Mapping[str, Any], topic: str, timeout_s: float = 10.0) 
     """Partition count of topic; TopicMissingError saying how to create it if it does not exist."""
     partitions = topic_partition_count(conf, topic, timeout_s)
     if partitions is None:
+        _require_describe(conf, topic, timeout_s)
         raise TopicMissingError(
             f"topic {topic!r} does not exist on {_bootstrap(conf)}; create it first "
             "(`tidelake topics create`)"
         )
     return partitions
+
+
+def _require_describe(conf: Mapping[str, Any], topic: str, timeout_s: float) -> None:
+    """Kafka leaves out of a metadata answer the topics the principal may not DESCRIBE: ask for
+    the topic by name (never creating it) and name the missing ACL instead of "does not
+    exist"."""
+    from confluent_kafka import TopicCollection
+
+    admin = _admin_client(conf)  # kept until the answer: a destroyed client fails its futures
+    future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
+    try:
+        future.result(timeout=timeout_s + 1)
+    except KafkaException as exc:
+        error = exc.args[0]
+        if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            user = conf.get("sasl.username") or "this client's certificate"
+            raise KafkaAuthorizationError(
+                f"Kafka at bootstrap.servers={_bootstrap(conf)} does not let {user!r} DESCRIBE "
+                f"topic {topic!r} (TOPIC_AUTHORIZATION_FAILED): grant it the ACLs its role "
+                "needs (docs/deployment.md)"
+            ) from None
 
 
 def ensure_topic(

@@ -13,8 +13,10 @@ from tidelake.platform.local.certificates import make_certificates
 from tidelake.platform.local.kafka_broker import LocalKafkaBroker
 from tidelake.streaming.kafka.admin import (
     KafkaAuthenticationError,
+    KafkaAuthorizationError,
     check_reachable,
     ensure_topic,
+    require_topic,
     topic_partition_count,
 )
 
@@ -64,3 +66,12 @@ def test_a_client_without_a_certificate_is_refused_by_name(
     del conf["ssl.certificate.location"], conf["ssl.key.location"]
     with pytest.raises(KafkaAuthenticationError, match="KAFKA_SSL_CERTIFICATE_LOCATION"):
         check_reachable(conf, timeout_s=5)
+
+
+def test_a_principal_without_describe_is_told_so_not_that_the_topic_is_missing(
+    secured_broker: LocalKafkaBroker,
+) -> None:
+    ensure_topic(secured_broker.client_config(), "guarded-topic", 1)
+    with pytest.raises(KafkaAuthorizationError) as refused:
+        require_topic(secured_broker.client_config("detector"), "guarded-topic", timeout_s=5)
+    assert "does not let 'detector' DESCRIBE topic 'guarded-topic'" in str(refused.value)

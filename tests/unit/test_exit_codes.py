@@ -30,6 +30,7 @@ EXIT_CODES = {
     "KafkaAdminError": 1,
     "KafkaUnreachableError": 2,
     "KafkaAuthenticationError": 2,
+    "KafkaAuthorizationError": 2,
     "TopicConfigError": 1,
     "TopicMissingError": 2,
     "DeltaCommitError": 1,
