@@ -56,6 +56,17 @@ def kafka_client_config(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return conf
 
 
+def kafka_client_env(conf: Mapping[str, Any]) -> dict[str, str]:
+    """The KAFKA_* variables that give a child process (or another shell) this client config:
+    kafka_client_config's inverse. Holds the secrets as given: hand it to a process's
+    environment, never to a log."""
+    return {
+        f"KAFKA_{name.upper().replace('.', '_')}": str(value)
+        for name, value in conf.items()
+        if isinstance(value, (str, int, float))
+    }
+
+
 def redact(conf: Mapping[str, str]) -> dict[str, str]:
     """A copy of a client config that is safe to log."""
     return {

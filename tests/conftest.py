@@ -65,7 +65,8 @@ def local_broker() -> Iterator[LocalKafkaBroker | None]:
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
         yield None
         return
-    with LocalKafkaBroker() as broker:
+    # exploratory (issue 31): TIDELAKE_TEST_SECURED_KAFKA=1 runs the suite on a secured broker
+    with LocalKafkaBroker(secured=bool(os.environ.get("TIDELAKE_TEST_SECURED_KAFKA"))) as broker:
         yield broker
 
 
@@ -74,7 +75,7 @@ def kafka_conf(local_broker: LocalKafkaBroker | None) -> dict[str, Any]:
     """librdkafka config of the cluster the tests use."""
     if local_broker is None:
         return kafka_client_config()
-    return {"bootstrap.servers": local_broker.bootstrap_servers}
+    return local_broker.client_config()
 
 
 @pytest.fixture

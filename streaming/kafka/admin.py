@@ -348,9 +348,14 @@ def _security_refusal(
     if heard[-1].code() == KafkaError._AUTHENTICATION:
         user = conf.get("sasl.username", "")
         mechanism = str(conf.get("sasl.mechanism", "GSSAPI")).upper()
+        check = (
+            "KAFKA_SASL_MECHANISM"
+            if "Unsupported SASL mechanism" in reason
+            else "KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD"
+        )
         return KafkaAuthenticationError(
             f"Kafka at bootstrap.servers={bootstrap} refused user {user!r} ({mechanism}): "
-            f"{reason}; check KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD"
+            f"{reason}; check {check}"
         )
     if "certificate verify failed" in reason:
         hint = "check that KAFKA_SSL_CA_LOCATION holds the CA that signed the broker's certificate"

@@ -17,6 +17,7 @@ import yaml
 
 from tidelake.platform.dev.dagster_web import DagsterWeb, wait_for
 from tidelake.platform.dev.stack import dagster_home, stop_process_group
+from tidelake.streaming.settings import kafka_client_env
 
 REPO = Path(__file__).resolve().parents[2]
 DG = Path(sys.executable).with_name("dg")
@@ -78,7 +79,7 @@ def test_ctrl_c_while_seeding_history_stops_cleanly(
     stopped component, no traceback, no `Error:`, exit 0, nothing left running."""
     env = {
         **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+        **kafka_client_env(kafka_conf),
         "DAGSTER_HOME": str(tmp_path / "dagster_home"),
         "TIDELAKE_HOME": str(tmp_path / "home"),
         "TIDELAKE_LAKE": str(tmp_path / "lake"),
@@ -194,7 +195,7 @@ def test_dev_on_the_s3_server_comes_up_green(
     port = _free_port()
     env = {
         **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+        **kafka_client_env(kafka_conf),
         "DAGSTER_HOME": str(tmp_path / "dagster_home"),
         "TIDELAKE_HOME": str(tmp_path / "home"),
         "TIDELAKE_TRIGGER_INTERVAL": "1 second",

@@ -20,6 +20,7 @@ import pytest
 
 from tidelake.platform.local.s3_server import LocalS3Server
 from tidelake.streaming.errors import ConfigError
+from tidelake.streaming.settings import kafka_client_env
 from tidelake.streaming.storage.conditional_put import require_conditional_put
 
 
@@ -84,7 +85,7 @@ def test_the_stream_is_refused_at_start_and_writes_nothing(
     env = {
         **os.environ,
         "AWS_ENDPOINT_URL": ignoring_store,
-        "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+        **kafka_client_env(kafka_conf),
         "TIDELAKE_LAKE": lake,
         "TIDELAKE_CHECKPOINTS": s3_server.uri("refused", "checkpoints"),
     }

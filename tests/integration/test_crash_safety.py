@@ -21,6 +21,7 @@ from stores import ON_BOTH_STORES
 
 from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.settings import kafka_client_env
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +31,7 @@ CLI = [sys.executable, "-m", "tidelake.platform.cli", "stream", "call_events"]
 def _env(kafka_conf: dict, roots: tuple[str, str]) -> dict[str, str]:
     return {
         **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+        **kafka_client_env(kafka_conf),
         "TIDELAKE_LAKE": roots[0],
         "TIDELAKE_CHECKPOINTS": roots[1],
     }

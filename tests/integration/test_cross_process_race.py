@@ -23,6 +23,7 @@ from stores import ON_BOTH_STORES
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.delta.tables import open_table
+from tidelake.streaming.settings import kafka_client_env
 from tidelake.streaming.storage.location import Location
 
 ROUNDS = 3
@@ -34,10 +35,11 @@ from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.storage.location import Location
 from tidelake.streaming.spark.session import build_spark_session
-from tidelake.streaming.settings import load_engine_settings
-conf = {"bootstrap.servers": sys.argv[1]}
+from tidelake.streaming.settings import kafka_client_config, load_engine_settings
 settings = load_engine_settings()
-backfill_dates(build_spark_session(), CALL_EVENTS, sys.argv[2].split(","), settings, conf)
+backfill_dates(
+    build_spark_session(), CALL_EVENTS, sys.argv[1].split(","), settings, kafka_client_config()
+)
 """
 
 COMPACT = """
@@ -77,7 +79,7 @@ def test_stream_backfill_compaction_and_vacuum_in_separate_processes(
     lake, checkpoints = storage_roots
     env = {
         **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+        **kafka_client_env(kafka_conf),
         "TIDELAKE_LAKE": lake,
         "TIDELAKE_CHECKPOINTS": checkpoints,
         "TIDELAKE_MAX_OFFSETS_PER_TRIGGER": "500",
@@ -100,9 +102,7 @@ def test_stream_backfill_compaction_and_vacuum_in_separate_processes(
         days = sorted({*history.by_date, datetime.now(UTC).date().isoformat()})
         for _ in range(ROUNDS):
             workers = {
-                "backfill": _python(
-                    BACKFILL, env["KAFKA_BOOTSTRAP_SERVERS"], ",".join(days), env=env
-                ),
+                "backfill": _python(BACKFILL, ",".join(days), env=env),
                 "compaction": _python(COMPACT, table, ",".join(days), env=env),
                 "vacuum": _python(VACUUM, table, env=env),
             }

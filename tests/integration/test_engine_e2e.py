@@ -18,6 +18,7 @@ from live_stream import cli_available_now, produce_and_stream, run_available_now
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import TopicMissingError, ensure_topic
+from tidelake.streaming.settings import kafka_client_env
 from tidelake.streaming.stream.query import FlowStream
 
 
@@ -130,7 +131,7 @@ def test_a_second_declared_flow_runs_without_engine_changes(
 def test_cli_available_now_exits_zero(kafka_conf, call_events_topic, tmp_path):
     env = {
         **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+        **kafka_client_env(kafka_conf),
         "TIDELAKE_LAKE": str(tmp_path / "lake"),
         "TIDELAKE_CHECKPOINTS": str(tmp_path / "checkpoints"),
     }

@@ -34,6 +34,7 @@ from tidelake.platform.calls.ingest_listen import ListenError, ServiceSecurity, 
 from tidelake.platform.local.certificates import Certificates, make_certificates
 from tidelake.protos import service_pb2, service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent, CallSid
+from tidelake.streaming.settings import kafka_client_env
 
 SETTINGS = IngestSettings(port=0, ack_timeout_s=3.0, health_interval_s=0.5, shutdown_grace_s=5)
 TIDELAKE = Path(sys.executable).with_name("tidelake")
@@ -210,7 +211,7 @@ def test_logs_and_a_broker_mismatch_are_the_services_own_and_named(
         env={
             "TIDELAKE_LOG_LEVEL": "INFO",
             "TIDELAKE_LAKE": str(tmp_path / "lake"),
-            "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+            **kafka_client_env(kafka_conf),
             "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
             "KAFKA_SASL_MECHANISM": "PLAIN",
             "KAFKA_SASL_USERNAME": "tidelake",
@@ -248,7 +249,7 @@ def test_serve_ends_with_an_error_when_the_service_dies(
         str(closed_port),
         env={
             "TIDELAKE_LAKE": str(tmp_path / "lake"),
-            "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+            **kafka_client_env(kafka_conf),
         },
     )
     channel = grpc.insecure_channel(f"127.0.0.1:{closed_port}")

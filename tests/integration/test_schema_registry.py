@@ -44,6 +44,7 @@ from tidelake.streaming.schemas.registry import (
     _protoc,
     value_subject,
 )
+from tidelake.streaming.settings import kafka_client_env
 
 CALL_PROTO = proto_source(CALL_EVENTS).read_text()
 
@@ -179,7 +180,7 @@ def test_a_registry_that_does_not_answer_stops_the_stream_until_it_is_back(
     down = f"http://127.0.0.1:{closed_port}/apis/ccompat/v7"
     env = {
         **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+        **kafka_client_env(kafka_conf),
         "TIDELAKE_HOME": str(tmp_path / "home"),
         "TIDELAKE_LAKE": str(tmp_path / "lake"),
         "TIDELAKE_CHECKPOINTS": str(tmp_path / "checkpoints"),

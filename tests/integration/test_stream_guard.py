@@ -16,6 +16,7 @@ from stores import ON_BOTH_STORES, copy_tree, files_under
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import ensure_topic
+from tidelake.streaming.settings import kafka_client_env
 from tidelake.streaming.storage.location import Location, filesystem
 from tidelake.streaming.stream.guard import StreamGuardError
 from tidelake.streaming.stream.query import FlowStream
@@ -99,7 +100,7 @@ def test_a_kafka_password_reaches_no_log_and_no_file_at_debug(
     home = tmp_path / "home"
     env = {
         **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+        **kafka_client_env(kafka_conf),
         # SASL settings on a PLAINTEXT listener: both clients are handed the password and
         # ignore it, so it travels every configuration path without failing the run
         "KAFKA_SASL_MECHANISM": "PLAIN",

@@ -22,6 +22,7 @@ from lake_readers import read_delta
 from live_stream import BackgroundProducer, cli_available_now
 
 from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.settings import kafka_client_env
 
 pytestmark = pytest.mark.slow
 
@@ -99,7 +100,7 @@ def test_the_stream_stops_after_its_batch_at_any_moment_and_the_table_is_exact(
 ) -> None:
     env = {
         **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+        **kafka_client_env(kafka_conf),
         "TIDELAKE_LAKE": str(tmp_path / "lake"),
         "TIDELAKE_CHECKPOINTS": str(tmp_path / "checkpoints"),
         "TIDELAKE_TRIGGER_INTERVAL": "1 second",
