@@ -32,10 +32,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import Any
 
 from tidelake.platform.local.process_group import signal_group, stop_group
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.kafka import broker_state as kafka_broker_state
+from tidelake.streaming.kafka.acls import ROLES, Grant
 from tidelake.streaming.kafka.broker_state import running_broker, write_broker_state
 from tidelake.streaming.settings import host_settings
 from tidelake.streaming.spark.jars import JarsMissingError, broker_classpath, java_executable
@@ -48,7 +50,7 @@ _NODE_ID = 1
 DEFAULT_HEAP_MB = 512
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 ADMIN_USER = "admin"
-ROLE_USERS = ("ingest", "stream", "detector")
+ROLE_USERS = ROLES
 """The SCRAM users a secured broker creates besides its admin: one per role (issue 31)."""
 _BROKER_PRINCIPAL = "127.0.0.1"
 """The CN of the broker's own certificate, its principal between broker and controller."""
@@ -147,6 +149,35 @@ class LocalKafkaBroker:
             "sasl.password": self._credentials.users[user],
             "ssl.ca.location": str(self._credentials.ca),
         }
+
+    def grant(self, grants: dict[str, list[Grant]]) -> None:
+        """Give each user its topic ACLs (streaming/kafka/acls.py), as the admin."""
+        from confluent_kafka.admin import (
+            AclBinding,
+            AclOperation,
+            AclPermissionType,
+            AdminClient,
+            ResourcePatternType,
+            ResourceType,
+        )
+
+        bindings = [
+            AclBinding(
+                ResourceType.TOPIC,
+                grant.topic,
+                ResourcePatternType.LITERAL,
+                f"User:{user}",
+                "*",
+                AclOperation[operation],
+                AclPermissionType.ALLOW,
+            )
+            for user, user_grants in grants.items()
+            for grant in user_grants
+            for operation in grant.operations
+        ]
+        admin = AdminClient(dict[str, Any](self.client_config()))
+        for future in admin.create_acls(bindings).values():
+            future.result(timeout=30)
 
     def certificate_client_config(self) -> dict[str, str]:
         """A secured broker's SSL listener, as the client its CA signed (mutual TLS)."""

@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from tidelake.platform.local.certificates import make_certificates
 from tidelake.platform.local.kafka_broker import LocalKafkaBroker
+from tidelake.streaming.kafka.acls import role_grants
 from tidelake.streaming.kafka.admin import (
     KafkaAuthenticationError,
     KafkaAuthorizationError,
@@ -19,6 +21,7 @@ from tidelake.streaming.kafka.admin import (
     require_topic,
     topic_partition_count,
 )
+from tidelake.streaming.kafka.offsets import PartitionEnds
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +78,27 @@ def test_a_principal_without_describe_is_told_so_not_that_the_topic_is_missing(
     with pytest.raises(KafkaAuthorizationError) as refused:
         require_topic(secured_broker.client_config("detector"), "guarded-topic", timeout_s=5)
     assert "does not let 'detector' DESCRIBE topic 'guarded-topic'" in str(refused.value)
+
+
+def test_each_role_gets_exactly_its_grants(secured_broker: LocalKafkaBroker) -> None:
+    """The stream's user reads its topic with READ and DESCRIBE only; the ingest user, which may
+    only write it, is refused reading with the topic named."""
+    admin = secured_broker.client_config()
+    ensure_topic(admin, "role-topic", 1)
+    ensure_topic(admin, "role-alerts", 1)
+    secured_broker.grant(role_grants(["role-topic"], "role-alerts"))
+    producer = Producer(secured_broker.client_config("ingest"))
+    producer.produce("role-topic", b"x", b"k")
+    assert producer.flush(10) == 0
+    ends = PartitionEnds(secured_broker.client_config("stream"), "test", 10)
+    try:
+        assert ends.latest([("role-topic", 0)]) == {("role-topic", 0): 1}
+    finally:
+        ends.close()
+    with pytest.raises(KafkaException) as refused:
+        consumer = Consumer({**secured_broker.client_config("ingest"), "group.id": "x"})
+        consumer.assign([TopicPartition("role-topic", 0, 0)])
+        message = consumer.poll(10)
+        assert message is not None and message.error() is not None
+        raise KafkaException(message.error())
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
