@@ -176,12 +176,33 @@ def explain_unreachable(message: str, kafka_conf: Mapping[str, str]) -> str | No
     )
 
 
+_KAFKA_AUTHORIZATION = re.compile(
+    r"org\.apache\.kafka\.common\.errors\.TopicAuthorizationException: Not authorized to "
+    r"access topics: \[([^\]]*)\]"
+)
+
+
+def explain_not_authorized(message: str, kafka_conf: Mapping[str, str]) -> str | None:
+    """For a query whose Kafka reads were refused by the cluster's ACLs: one line naming the
+    principal, the topics and the operations it needs; None for other failures."""
+    found = _KAFKA_AUTHORIZATION.search(message)
+    if found is None:
+        return None
+    user = kafka_conf.get("sasl.username") or "this client's certificate"
+    return (
+        f"Kafka at bootstrap.servers={kafka_conf.get('bootstrap.servers')} does not let {user!r} "
+        f"READ topic(s) {found[1]} (TopicAuthorizationException): grant it READ and DESCRIBE on "
+        "them (docs/deployment.md). Nothing was committed."
+    )
+
+
 def explain_query_failure(message: str, kafka_conf: Mapping[str, str]) -> str:
     """A failure of a query that reads Kafka, in tidelake's terms where we know better than
     Spark's message, else the first line of Spark's (the rest is the query plan; the log has the
     stack)."""
     return (
         explain_data_loss(message, kafka_conf)
+        or explain_not_authorized(message, kafka_conf)
         or explain_unreachable(message, kafka_conf)
         or next(iter(message.strip().splitlines()), message)
     )

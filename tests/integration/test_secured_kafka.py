@@ -4,14 +4,19 @@ one line naming what to check (issue 31, first part)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from lake_readers import read_delta
+from live_stream import cli_available_now
 
+from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.platform.local.certificates import make_certificates
 from tidelake.platform.local.kafka_broker import LocalKafkaBroker
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.acls import role_grants
 from tidelake.streaming.kafka.admin import (
     KafkaAuthenticationError,
@@ -22,6 +27,7 @@ from tidelake.streaming.kafka.admin import (
     topic_partition_count,
 )
 from tidelake.streaming.kafka.offsets import PartitionEnds
+from tidelake.streaming.settings import kafka_client_env
 
 
 @pytest.fixture(scope="module")
@@ -102,3 +108,30 @@ def test_each_role_gets_exactly_its_grants(secured_broker: LocalKafkaBroker) -> 
         assert message is not None and message.error() is not None
         raise KafkaException(message.error())
     assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_a_stream_whose_user_may_not_read_its_topic_fails_in_one_line(
+    secured_broker: LocalKafkaBroker, tmp_path: Path
+) -> None:
+    admin = secured_broker.client_config()
+    ensure_topic(admin, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
+    produce_demo_events(CALL_EVENTS, admin, count=200, progress=False, seed=5)
+    secured_broker.grant(role_grants([CALL_EVENTS.topic], "call-anomalies"))
+    env = {
+        **os.environ,
+        "TIDELAKE_LAKE": str(tmp_path / "lake"),
+        "TIDELAKE_CHECKPOINTS": str(tmp_path / "checkpoints"),
+        "TIDELAKE_HOME": str(tmp_path / "home"),
+        **kafka_client_env(secured_broker.client_config("ingest")),  # may write, not read
+    }
+    run = cli_available_now(env, cwd=tmp_path)
+    assert run.returncode == 1
+    errors = [line for line in run.stderr.splitlines() if line.startswith("Error:")]
+    bootstrap, topic = admin["bootstrap.servers"], CALL_EVENTS.topic
+    expected = (
+        f"Error: call_events_stream failed: Kafka at bootstrap.servers={bootstrap} does not let "
+        f"'ingest' READ topic(s) {topic} (TopicAuthorizationException): grant it READ and "
+        "DESCRIBE on them (docs/deployment.md). Nothing was committed."
+    )
+    assert errors == [expected]
+    assert read_delta(tmp_path / "lake" / "call_events").num_rows == 0
