@@ -28,12 +28,16 @@ from common import TreeSampler, commits, kafka, write_figures
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.platform.local.kafka_broker import LocalKafkaBroker
 from tidelake.platform.local.s3_server import LocalS3Server
 from tidelake.platform.local.spark_cluster import LocalSparkCluster
 from tidelake.protos.call_pb2 import CallEvent
+from tidelake.streaming.calls.anomaly.detector import ALERTS_TOPIC
 from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.kafka.acls import role_grants
 from tidelake.streaming.kafka.admin import ensure_topic
 from tidelake.streaming.schemas.framing import frame_prefix
+from tidelake.streaming.settings import kafka_client_env
 
 _STATES = pa.array(CallEvent.CallState.keys())
 _REGIONS = pa.array(CallEvent.Region.keys())
@@ -165,7 +169,7 @@ def tidelake_ingest(
         **os.environ,
         **({"TIDELAKE_SPARK_MASTER": master} if master else {}),
         **(s3.env() if s3 else {}),
-        "KAFKA_BOOTSTRAP_SERVERS": conf["bootstrap.servers"],
+        **kafka_client_env(conf),
         "TIDELAKE_LAKE": lake,
         "TIDELAKE_CHECKPOINTS": checkpoints,
         "TIDELAKE_LOG_LEVEL": "WARNING",
@@ -255,6 +259,12 @@ def _rounded(figures: dict[str, float]) -> str:
     is_flag=True,
     help="Ingest the same events again with every value in Confluent's wire format.",
 )
+@click.option(
+    "--also-secured",
+    is_flag=True,
+    help="Ingest the same events again from a secured broker (SASL_SSL, SCRAM-SHA-512, ACLs), "
+    "as the stream's own user.",
+)
 @click.option("--out", type=click.Path(path_type=Path), help="Also write the figures as JSON.")
 def main(
     events: int,
@@ -265,6 +275,7 @@ def main(
     also_on_cluster: bool,
     also_on_s3: bool,
     also_framed: bool,
+    also_secured: bool,
     out: Path | None,
 ):
     """Ingest N events with tidelake --available-now and with the one-process floor; compare."""
@@ -306,6 +317,29 @@ def main(
                 conf, work / "framed", max_offsets_per_trigger, dedup, topic=framed_topic
             )
             assert result["framed"]["rows"] == report.good
+        if also_secured:
+            with LocalKafkaBroker(secured=True) as secured:
+                admin = secured.client_config()
+                ensure_topic(admin, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
+                again = produce_demo_events(
+                    CALL_EVENTS,
+                    admin,
+                    count=events,
+                    malformed_share=0.0,
+                    late_share=0.05,
+                    seed=1,
+                    progress=False,
+                )
+                assert again.good == report.good
+                secured.grant(role_grants([CALL_EVENTS.topic], ALERTS_TOPIC))
+                (work / "secured").mkdir()
+                result["secured"] = tidelake_ingest(
+                    secured.client_config("stream"),
+                    work / "secured",
+                    max_offsets_per_trigger,
+                    dedup,
+                )
+            assert result["secured"]["rows"] == report.good
         if also_on_cluster:
             result["cluster"] = on_cluster(conf, work / "cluster", max_offsets_per_trigger, dedup)
             assert result["cluster"]["rows"] == report.good
@@ -356,6 +390,16 @@ def main(
             f"{f['steady_events_per_s']:,.0f} vs {t['steady_events_per_s']:,.0f} ev/s (framing "
             f"costs {cost:.1%}; target < 5%), CPU {f['cpu_s'] / f['rows'] * 1e6:.1f} vs "
             f"{t['cpu_s'] / t['rows'] * 1e6:.1f} us/event, start-up {f['startup_s']:.1f} vs "
+            f"{t['startup_s']:.1f} s"
+        )
+    if also_secured:
+        x = result["secured"]
+        cost = 1 - x["steady_events_per_s"] / t["steady_events_per_s"]
+        click.echo(
+            f"from a secured broker (SASL_SSL, SCRAM-SHA-512, TLS) next to plaintext: steady "
+            f"{x['steady_events_per_s']:,.0f} vs {t['steady_events_per_s']:,.0f} ev/s (TLS costs "
+            f"{cost:.1%}; target < 25%), CPU {x['cpu_s'] / x['rows'] * 1e6:.1f} vs "
+            f"{t['cpu_s'] / t['rows'] * 1e6:.1f} us/event, start-up {x['startup_s']:.1f} vs "
             f"{t['startup_s']:.1f} s"
         )
     if also_on_cluster:
