@@ -135,3 +135,30 @@ def test_a_stream_whose_user_may_not_read_its_topic_fails_in_one_line(
     )
     assert errors == [expected]
     assert read_delta(tmp_path / "lake" / "call_events").num_rows == 0
+
+
+def test_the_stream_users_password_reaches_no_log_and_no_file_at_debug(
+    secured_broker: LocalKafkaBroker, tmp_path: Path
+) -> None:
+    admin = secured_broker.client_config()
+    ensure_topic(admin, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
+    produce_demo_events(CALL_EVENTS, admin, count=300, progress=False, seed=6)
+    secured_broker.grant(role_grants([CALL_EVENTS.topic], "call-anomalies"))
+    stream_user = secured_broker.client_config("stream")
+    password = stream_user["sasl.password"]
+    env = {
+        **os.environ,
+        "TIDELAKE_LOG_LEVEL": "DEBUG",
+        "TIDELAKE_LAKE": str(tmp_path / "lake"),
+        "TIDELAKE_CHECKPOINTS": str(tmp_path / "checkpoints"),
+        "TIDELAKE_HOME": str(tmp_path / "home"),
+        "SPARK_LOCAL_DIRS": str(tmp_path / "spark-local"),
+        **kafka_client_env(stream_user),
+    }
+    run = cli_available_now(env, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert read_delta(tmp_path / "lake" / "call_events").num_rows > 0
+    assert password not in run.stdout + run.stderr
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert password.encode() not in path.read_bytes(), f"password found in {path}"
