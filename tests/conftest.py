@@ -65,14 +65,24 @@ def local_broker() -> Iterator[LocalKafkaBroker | None]:
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
         yield None
         return
-    # exploratory (issue 31): TIDELAKE_TEST_SECURED_KAFKA=1 runs the suite on a secured broker
-    with LocalKafkaBroker(secured=bool(os.environ.get("TIDELAKE_TEST_SECURED_KAFKA"))) as broker:
+    with LocalKafkaBroker() as broker:
         yield broker
 
 
 @pytest.fixture(scope="session")
-def kafka_conf(local_broker: LocalKafkaBroker | None) -> dict[str, Any]:
-    """librdkafka config of the cluster the tests use."""
+def secured_local_broker() -> Iterator[LocalKafkaBroker]:
+    """The session's secured broker (SASL_SSL, client certificates, ACLs), started by the first
+    test that runs on it (kafka_topics.ON_BOTH_KAFKAS)."""
+    with LocalKafkaBroker(secured=True) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session", params=["plaintext"])
+def kafka_conf(request: pytest.FixtureRequest, local_broker: LocalKafkaBroker | None) -> Any:
+    """librdkafka config of the cluster the tests use: the plaintext broker, or with the
+    "secured" param the secured one as its admin (least privilege: test_secured_kafka.py)."""
+    if request.param == "secured":
+        return request.getfixturevalue("secured_local_broker").client_config()
     if local_broker is None:
         return kafka_client_config()
     return local_broker.client_config()

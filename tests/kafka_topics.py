@@ -6,6 +6,7 @@ import time
 import uuid
 from typing import Any, NamedTuple
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
@@ -104,3 +105,7 @@ def topic_records(kafka_conf: dict[str, Any], topic: str) -> int:
         return sum(probe.latest(probe.partitions([topic])).values())
     finally:
         probe.close()
+
+
+ON_BOTH_KAFKAS = pytest.mark.parametrize("kafka_conf", ["plaintext", "secured"], indirect=True)
+"""Run a test on the plaintext broker, then on the secured one (SASL_SSL, SCRAM-SHA-512, TLS)."""

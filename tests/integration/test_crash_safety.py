@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from deltalake.exceptions import TableNotFoundError
+from kafka_topics import ON_BOTH_KAFKAS
 from lake_readers import delta_version, duckdb_query, read_delta
 from live_stream import produce_and_stream, run_available_now
 from process_states import kill_tree
@@ -108,6 +109,7 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
     assert read_delta(f"{storage_roots[0]}/call_events_quarantine").num_rows == report.malformed
 
 
+@ON_BOTH_KAFKAS
 def test_sigterm_stops_gracefully_and_the_next_run_resumes(kafka_conf, call_events_topic, tmp_path):
     env = _env(kafka_conf, (str(tmp_path / "lake"), str(tmp_path / "checkpoints")))
     log = tmp_path / "stream.log"

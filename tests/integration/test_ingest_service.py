@@ -18,7 +18,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 from grpc_status import rpc_status
-from kafka_topics import topic_records
+from kafka_topics import ON_BOTH_KAFKAS, topic_records
 from lake_readers import duckdb_query
 from live_stream import produce_and_stream, run_available_now
 from process_states import paused
@@ -103,6 +103,7 @@ def violations(error: grpc.RpcError) -> dict[str, str]:
     return {v.field: v.description for v in request.field_violations}
 
 
+@ON_BOTH_KAFKAS
 def test_valid_events_reach_the_table_exactly_once_and_can_be_read_back(
     spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any, client: Client
 ) -> None:
