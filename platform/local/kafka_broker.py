@@ -81,6 +81,10 @@ class KafkaNode:
     replicas: int
     """default.replication.factor and that of Kafka's internal topics."""
     min_insync: int
+    ssl_port: int | None = None
+    """A secured cluster's SSL listener of this node."""
+    credentials: BrokerCredentials | None = None
+    """A secured cluster's CA, certificates and users, the same on every node."""
 
 
 def new_cluster_id() -> str:
@@ -106,12 +110,10 @@ class LocalKafkaBroker:
         node: KafkaNode | None = None,
         secured: bool = False,
     ) -> None:
-        if secured and node is not None:
-            raise BrokerError("a secured local broker runs alone, not as a node of a cluster")
         self._java = java
         self._node = node
-        self._secured = secured
-        self._credentials: BrokerCredentials | None = None
+        self._secured = secured or (node is not None and node.credentials is not None)
+        self._credentials: BrokerCredentials | None = node.credentials if node else None
         self._ssl_port: int | None = None
         self._kept_dir = data_dir
         self._heap_mb = heap_mb
@@ -139,45 +141,11 @@ class LocalKafkaBroker:
     def client_config(self, user: str = "admin") -> dict[str, str]:
         """librdkafka settings of a client of this broker: plaintext, or for a secured broker
         SASL_SSL as `user` (SCRAM-SHA-512), trusting the broker's CA."""
-        conf = {"bootstrap.servers": self.bootstrap_servers}
-        if self._credentials is None:
-            return conf
-        return conf | {
-            "security.protocol": "SASL_SSL",
-            "sasl.mechanism": SCRAM_MECHANISM,
-            "sasl.username": user,
-            "sasl.password": self._credentials.users[user],
-            "ssl.ca.location": str(self._credentials.ca),
-        }
+        return sasl_client_config(self.bootstrap_servers, self._credentials, user)
 
     def grant(self, grants: dict[str, list[Grant]]) -> None:
         """Give each user its topic ACLs (streaming/kafka/acls.py), as the admin."""
-        from confluent_kafka.admin import (
-            AclBinding,
-            AclOperation,
-            AclPermissionType,
-            AdminClient,
-            ResourcePatternType,
-            ResourceType,
-        )
-
-        bindings = [
-            AclBinding(
-                ResourceType.TOPIC,
-                grant.topic,
-                ResourcePatternType.LITERAL,
-                f"User:{user}",
-                "*",
-                AclOperation[operation],
-                AclPermissionType.ALLOW,
-            )
-            for user, user_grants in grants.items()
-            for grant in user_grants
-            for operation in grant.operations
-        ]
-        admin = AdminClient(dict[str, Any](self.client_config()))
-        for future in admin.create_acls(bindings).values():
-            future.result(timeout=30)
+        grant_acls(self.client_config(), grants)
 
     def certificate_client_config(self) -> dict[str, str]:
         """A secured broker's SSL listener, as the client its CA signed (mutual TLS)."""
@@ -261,8 +229,12 @@ class LocalKafkaBroker:
         else:
             self._port, controller_port = free_port(), free_port()
         if self._secured:
-            self._ssl_port = free_port()
-            self._credentials = _make_credentials(self._workdir / "tls")
+            # kept across restarts: a formatted data folder holds these users' SCRAM secrets
+            if self._ssl_port is None:
+                self._ssl_port = self._node.ssl_port if self._node else None
+                self._ssl_port = self._ssl_port or free_port()
+            if self._credentials is None:
+                self._credentials = make_credentials(self._workdir / "tls")
         properties = self._write_settings(self._port, controller_port)
         self._cluster_id = self._format(java, classpath, properties)
         self._process = self._spawn(java, classpath, properties)
@@ -506,7 +478,73 @@ class BrokerCredentials:
     users: dict[str, str]
 
 
-def _make_credentials(folder: Path) -> BrokerCredentials:
+def grant_acls(admin_conf: dict[str, str], grants: dict[str, list[Grant]]) -> None:
+    """Create the users' topic ACLs, and return once every broker of admin_conf's cluster
+    enforces them (a cluster's nodes learn ACLs from the metadata log, each in its own time)."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    bindings = [
+        AclBinding(
+            ResourceType.TOPIC,
+            grant.topic,
+            ResourcePatternType.LITERAL,
+            f"User:{user}",
+            "*",
+            AclOperation[operation],
+            AclPermissionType.ALLOW,
+        )
+        for user, user_grants in grants.items()
+        for grant in user_grants
+        for operation in grant.operations
+    ]
+    admin = AdminClient(dict[str, Any](admin_conf))  # kept: a destroyed client fails its futures
+    for future in admin.create_acls(bindings).values():
+        future.result(timeout=30)
+    anything: Any = None  # matches any name, principal and host (the stubs say str)
+    every = AclBindingFilter(
+        ResourceType.ANY,
+        anything,
+        ResourcePatternType.ANY,
+        anything,
+        anything,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    deadline = time.monotonic() + 30
+    for node in admin_conf["bootstrap.servers"].split(","):
+        one = AdminClient(dict[str, Any](admin_conf | {"bootstrap.servers": node}))
+        while not set(bindings) <= set(one.describe_acls(every).result(timeout=30)):
+            if time.monotonic() > deadline:
+                raise BrokerError(f"the broker at {node} did not take the ACLs within 30 s")
+            time.sleep(0.1)
+
+
+def sasl_client_config(
+    bootstrap: str, credentials: BrokerCredentials | None, user: str = ADMIN_USER
+) -> dict[str, str]:
+    """librdkafka settings of a client of bootstrap: plaintext without credentials, else
+    SASL_SSL as `user` (SCRAM-SHA-512), trusting the brokers' CA."""
+    conf = {"bootstrap.servers": bootstrap}
+    if credentials is None:
+        return conf
+    return conf | {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": SCRAM_MECHANISM,
+        "sasl.username": user,
+        "sasl.password": credentials.users[user],
+        "ssl.ca.location": str(credentials.ca),
+    }
+
+
+def make_credentials(folder: Path) -> BrokerCredentials:
     """A CA and certificates made for this start, and a password per user (0600 files)."""
     from tidelake.platform.local.certificates import make_certificates
 

@@ -21,8 +21,12 @@ from tidelake.platform.local.kafka_broker import (
     KafkaNode,
     LocalKafkaBroker,
     free_port,
+    grant_acls,
+    make_credentials,
     new_cluster_id,
+    sasl_client_config,
 )
+from tidelake.streaming.kafka.acls import Grant
 
 _HOST = "127.0.0.1"
 
@@ -38,6 +42,7 @@ class LocalKafkaCluster:
         heap_mb: int = 384,
         folder: Path | None = None,
         startup_timeout_s: float = 90.0,
+        secured: bool = False,
     ) -> None:
         if nodes < 1 or not 1 <= min_insync <= nodes:
             raise BrokerError(
@@ -45,17 +50,30 @@ class LocalKafkaCluster:
             )
         self._own_folder = folder is None
         self.folder = folder or Path(tempfile.mkdtemp(prefix="tidelake-kafka-cluster-"))
-        ports = [(free_port(), free_port()) for _ in range(nodes)]
-        voters = ",".join(f"{n}@{_HOST}:{controller}" for n, (_, controller) in enumerate(ports, 1))
+        ports = [(free_port(), free_port(), free_port()) for _ in range(nodes)]
+        voters = ",".join(f"{n}@{_HOST}:{p[1]}" for n, p in enumerate(ports, 1))
         cluster_id = new_cluster_id()
+        # one CA, one broker certificate and one set of users for every node
+        credentials = make_credentials(self.folder / "tls") if secured else None
+        self._credentials = credentials
         self.brokers = [
             LocalKafkaBroker(
                 data_dir=self.folder / f"node-{n}",
                 heap_mb=heap_mb,
                 startup_timeout_s=startup_timeout_s,
-                node=KafkaNode(n, port, controller, voters, cluster_id, nodes, min_insync),
+                node=KafkaNode(
+                    n,
+                    port,
+                    controller,
+                    voters,
+                    cluster_id,
+                    nodes,
+                    min_insync,
+                    ssl_port if secured else None,
+                    credentials,
+                ),
             )
-            for n, (port, controller) in enumerate(ports, 1)
+            for n, (port, controller, ssl_port) in enumerate(ports, 1)
         ]
         self.startup_s: float | None = None
 
@@ -63,6 +81,15 @@ class LocalKafkaCluster:
     def bootstrap_servers(self) -> str:
         """Every node's address: KAFKA_BOOTSTRAP_SERVERS for clients of the cluster."""
         return ",".join(f"{_HOST}:{_node(broker).port}" for broker in self.brokers)
+
+    def client_config(self, user: str = "admin") -> dict[str, str]:
+        """librdkafka settings of a client of the cluster (every node's address); SASL_SSL as
+        `user` for a secured cluster."""
+        return sasl_client_config(self.bootstrap_servers, self._credentials, user)
+
+    def grant(self, grants: dict[str, list[Grant]]) -> None:
+        """Give each user its topic ACLs; returns once every node enforces them."""
+        grant_acls(self.client_config(), grants)
 
     def broker(self, node_id: int) -> LocalKafkaBroker:
         return self.brokers[node_id - 1]
