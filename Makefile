@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help dev dev-s3 s3-server schema-registry bench-s3 bench-framed venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster broker clean
+.PHONY: help dev dev-s3 dev-secured s3-server schema-registry bench-s3 bench-framed bench-secured venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster broker clean
 
 help:
 	@echo "make dev               the whole platform locally; Dagster UI on http://127.0.0.1:3000"
@@ -16,9 +16,11 @@ help:
 	@echo "make protos            regenerate Python code from the .proto files"
 	@echo "make bench             throughput and latency benchmarks (minutes; prints figures)"
 	@echo "make bench-framed      throughput with every value Confluent-framed, next to bare"
+	@echo "make bench-secured     throughput from a secured broker (SASL_SSL, SCRAM, TLS), next to plaintext"
 	@echo "make bench-s3          throughput and latency with the lake on a local S3 server, next to the local disk"
 	@echo "make bench-cluster     the throughput benchmark on a Spark standalone cluster and on local[2]"
 	@echo "make dev-s3            the same with the lake and checkpoints on a local S3 server"
+	@echo "make dev-secured       the same on a secured broker (SASL_SSL, SCRAM, ACLs), a user per process"
 	@echo "make s3-server         build the local S3 server (SeaweedFS) into the cache, once"
 	@echo "make schema-registry   build the local schema registry (Apicurio) into the cache, once"
 	@echo "make broker            run a local Apache Kafka broker (KRaft) in the foreground"
@@ -94,6 +96,9 @@ bench-s3: s3-server
 bench-framed: $(STAMP)
 	cd bench && ../$(BIN)/python engine_throughput.py --also-framed --out ../bench-results/throughput-framed.json
 
+bench-secured: $(STAMP)
+	cd bench && ../$(BIN)/python engine_throughput.py --also-secured --out ../bench-results/throughput-secured.json
+
 bench-latency: $(STAMP)
 	cd bench && ../$(BIN)/python engine_latency.py --out ../bench-results/latency.json
 
@@ -102,6 +107,9 @@ dev: $(STAMP)
 
 dev-s3: s3-server
 	$(BIN)/tidelake dev --s3
+
+dev-secured: $(STAMP)
+	$(BIN)/tidelake dev --secured-kafka
 
 bench-backfill: $(STAMP)
 	cd bench && ../$(BIN)/python backfill_maintenance.py --out ../bench-results/backfill.json

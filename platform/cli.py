@@ -657,6 +657,15 @@ def serve(
     help="Keep the lake and checkpoints on a local S3 server (SeaweedFS; `make s3-server` "
     "builds it once) instead of local folders.",
 )
+@click.option(
+    "--secured-kafka",
+    is_flag=True,
+    envvar="TIDELAKE_DEV_SECURED_KAFKA",
+    help="Run on a secured local Kafka broker of its own (SASL_SSL, SCRAM-SHA-512, ACLs; data in "
+    "$TIDELAKE_HOME/kafka-secured), each process as a least-privileged user; another shell "
+    "reaches it as admin with `source $TIDELAKE_HOME/kafka-secured/client.env`. Not with "
+    "KAFKA_BOOTSTRAP_SERVERS.",
+)
 def dev(
     host: str,
     port: int,
@@ -665,12 +674,14 @@ def dev(
     incident_every: float,
     ingest_port: int,
     s3: bool,
+    secured_kafka: bool,
 ) -> None:
     """Run the whole platform locally: broker, topics, ingest service, demo producer and
     `dg dev`.
 
-    Uses KAFKA_BOOTSTRAP_SERVERS if set, else a running `tidelake broker`, else starts one.
-    Ctrl-C stops everything this command started.
+    Uses KAFKA_BOOTSTRAP_SERVERS if set, else a running `tidelake broker`, else starts one
+    (with --secured-kafka: always a secured one of its own). Ctrl-C stops everything this
+    command started.
     """
     _configure_logging()
     from tidelake.platform.dev.stack import DevOptions, run_dev
@@ -685,6 +696,7 @@ def dev(
             incident_every_s=incident_every,
             ingest_port=ingest_port,
             s3=s3,
+            secured_kafka=secured_kafka,
         )
         code = run_dev(flows, options)
     except FileNotFoundError as exc:  # not run from the repository root

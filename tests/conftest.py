@@ -21,7 +21,7 @@ import os
 import re
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ import pytest
 
 from tidelake.platform.local.kafka_broker import LocalKafkaBroker
 from tidelake.platform.local.s3_server import LocalS3Server
+from tidelake.streaming.kafka.acls import role_grants
 from tidelake.streaming.kafka.admin import delete_topic
 from tidelake.streaming.settings import kafka_client_config
 
@@ -118,6 +119,30 @@ def flow(kafka_conf: dict[str, Any], topic_name: str) -> Any:
     flow = dataclasses.replace(CALL_EVENTS, topic=topic_name)
     ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
     return flow
+
+
+KafkaAs = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture
+def kafka_as(request: pytest.FixtureRequest, kafka_conf: dict[str, Any]) -> KafkaAs:
+    """`kafka_as(role, topics, alerts_topic=...)`: the client config a process of that role uses
+    on the test's Kafka. On the secured broker, the role's own user, granted exactly its ACLs
+    (streaming/kafka/acls.py) on those topics; on plaintext, the test's own config. The test
+    itself (producing data, creating topics) stays admin through kafka_conf."""
+    callspec = getattr(request.node, "callspec", None)
+    secured = callspec is not None and callspec.params.get("kafka_conf") == "secured"
+
+    def conf_of(
+        role: str, topics: Sequence[str], alerts_topic: str = "tidelake-no-alerts"
+    ) -> dict[str, Any]:
+        if not secured:
+            return kafka_conf
+        broker: LocalKafkaBroker = request.getfixturevalue("secured_local_broker")
+        broker.grant({role: role_grants(topics, alerts_topic)[role]})
+        return broker.client_config(role)
+
+    return conf_of
 
 
 @pytest.fixture

@@ -109,3 +109,10 @@ def topic_records(kafka_conf: dict[str, Any], topic: str) -> int:
 
 ON_BOTH_KAFKAS = pytest.mark.parametrize("kafka_conf", ["plaintext", "secured"], indirect=True)
 """Run a test on the plaintext broker, then on the secured one (SASL_SSL, SCRAM-SHA-512, TLS)."""
+
+ON_BOTH_STORES_AND_KAFKAS = pytest.mark.parametrize(
+    ("kafka_conf", "storage_roots"),
+    [("plaintext", "local"), ("plaintext", "s3"), ("secured", "local")],
+    indirect=True,
+)
+"""Plaintext Kafka with each store, and the secured broker once (with the local store)."""

@@ -57,12 +57,18 @@ class StreamedRun:
 
 
 def produce_and_stream(
-    spark: Any, flow: Any, settings: Any, kafka_conf: Any, **produce_options: Any
+    spark: Any,
+    flow: Any,
+    settings: Any,
+    kafka_conf: Any,
+    stream_conf: Any = None,
+    **produce_options: Any,
 ) -> StreamedRun:
     """Produce demo events to the flow's topic (produce_demo_events with produce_options, no
-    progress bar), run the stream until it has read everything, and read both tables back."""
+    progress bar) with kafka_conf, run the stream (with stream_conf, default the same) until it
+    has read everything, and read both tables back."""
     report = produce_demo_events(flow, kafka_conf, **{"progress": False, **produce_options})
-    stream = run_available_now(spark, flow, settings, kafka_conf)
+    stream = run_available_now(spark, flow, settings, stream_conf or kafka_conf)
     return StreamedRun(
         report, stream, read_delta(stream.table_uri), read_delta(stream.quarantine_uri)
     )

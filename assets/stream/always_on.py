@@ -221,7 +221,8 @@ def build_supervisor(
             )
         request = dg.RunRequest(
             run_key=f"{tag}-{uuid.uuid4().hex[:12]}",
-            tags={STREAM_TAG: tag, "tidelake/supervisor_reason": decision.reason[:200]},
+            # the reason names the failed run's error line (bounded by health.one_line)
+            tags={STREAM_TAG: tag, "tidelake/supervisor_reason": decision.reason[:1000]},
         )
         return dg.SensorResult(run_requests=[request], cursor=observed.cursor, asset_events=events)
 
@@ -243,10 +244,9 @@ def fail_if_stale(instance: dg.DagsterInstance, run: RunView, now: float) -> Run
     dagster_run = instance.get_run_by_id(run.run_id)
     if dagster_run is None or dagster_run.is_finished:
         return run
+    why = f"stream run silent for {now - last:.0f}s: its worker is lost"
     instance.report_engine_event(
-        f"stream run silent for {now - last:.0f}s: marking it failed so the supervisor can "
-        "replace it",
-        dagster_run,
+        f"{why}; marking it failed so the supervisor can replace it", dagster_run
     )
-    instance.report_run_failed(dagster_run)
-    return RunView(run.run_id, RunState.FAILURE, run.created_at, run.started_at, now)
+    instance.report_run_failed(dagster_run, message=why)
+    return RunView(run.run_id, RunState.FAILURE, run.created_at, run.started_at, now, why)

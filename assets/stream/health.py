@@ -35,6 +35,10 @@ STALL_AFTER_S = 300.0
 """A started stream with records waiting and no commit for this long counts as stalled."""
 KAFKA_PROBE_TIMEOUT_S = 5.0
 RECENT_RUNS = 20
+FAILURES_READ = 3
+"""Failed runs, newest first, whose error line is read each tick: the cost per tick stays bounded
+however long the crash loop."""
+ERROR_LINE_CHARS = 400
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,8 @@ class StreamHealth:
             return (
                 False,
                 dg.AssetCheckSeverity.ERROR,
-                f"crash loop: {d.consecutive_failures} failed runs in a row{when}",
+                f"crash loop: {d.consecutive_failures} failed runs in a row{when}"
+                + (f"; last error: {d.last_error}" if d.last_error else ""),
             )
         run = d.active_run
         if run is None and d.launch and d.consecutive_failures == 0:
@@ -103,6 +108,8 @@ class StreamHealth:
             "consecutive_failures": dg.MetadataValue.int(self.decision.consecutive_failures),
             "supervisor": dg.MetadataValue.text(self.decision.reason),
         }
+        if self.decision.last_error:
+            out["last_error"] = dg.MetadataValue.text(self.decision.last_error)
         if self.lag is not None:
             out["lag_total"] = dg.MetadataValue.int(self.lag.total)
             for partition, lag in self.lag.by_partition.items():
@@ -146,18 +153,62 @@ class StreamHealth:
 
 
 def recent_runs(instance: dg.DagsterInstance, job_name: str) -> list[RunView]:
-    """The stream job's newest runs, newest first, as the supervisor sees them."""
+    """The stream job's newest runs, newest first, as the supervisor sees them; the newest
+    FAILURES_READ failed ones with their error line."""
     records = instance.get_run_records(dg.RunsFilter(job_name=job_name), limit=RECENT_RUNS)
-    return [
-        RunView(
-            run_id=r.dagster_run.run_id,
-            state=RunState(r.dagster_run.status.value),
-            created_at=r.create_timestamp.timestamp(),
-            started_at=r.start_time,
-            ended_at=r.end_time,
+    runs = []
+    failures_read = 0
+    for r in records:
+        state = RunState(r.dagster_run.status.value)
+        failure = None
+        if state is RunState.FAILURE and failures_read < FAILURES_READ:
+            failure = run_failure(instance, r.dagster_run.run_id)
+            failures_read += 1
+        runs.append(
+            RunView(
+                run_id=r.dagster_run.run_id,
+                state=state,
+                created_at=r.create_timestamp.timestamp(),
+                started_at=r.start_time,
+                ended_at=r.end_time,
+                failure=failure,
+            )
         )
-        for r in records
-    ]
+    return runs
+
+
+def run_failure(instance: dg.DagsterInstance, run_id: str) -> str | None:
+    """The one line a failed run ended with: its step's dg.Failure description (step_failure()
+    puts tidelake's own message there), else the step's error, else the run failure's message
+    (a run failed from outside, e.g. a lost worker)."""
+    records = instance.get_records_for_run(
+        run_id,
+        of_type={dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE},
+        limit=4,
+    ).records
+    entries = [r.event_log_entry for r in records]
+    for entry in entries:
+        event = entry.dagster_event
+        if event is None or event.event_type is not dg.DagsterEventType.STEP_FAILURE:
+            continue
+        data = event.step_failure_data
+        if data.user_failure_data is not None and data.user_failure_data.description:
+            return one_line(data.user_failure_data.description)
+        if data.error is not None:
+            return one_line((data.error.cause or data.error).message)
+    for entry in entries:
+        if entry.dagster_event is not None and entry.dagster_event.message:
+            return one_line(entry.dagster_event.message)
+    return None
+
+
+def one_line(text: str, limit: int = ERROR_LINE_CHARS) -> str | None:
+    """The first non-blank line of an error, at most `limit` characters: a check's text, a
+    sensor's skip reason and a run tag stay one readable line."""
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if not line:
+        return None
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def stream_restarts(instance: dg.DagsterInstance, job_name: str) -> int:

@@ -47,6 +47,8 @@ class RunView:
     created_at: float
     started_at: float | None = None
     ended_at: float | None = None
+    failure: str | None = None
+    """A failed run's own one-line error (its step failure), so a restart says why."""
 
     def lifetime(self) -> float:
         if self.started_at is None or self.ended_at is None:
@@ -83,6 +85,9 @@ class Decision:
     next_attempt_at: float | None
     """When a new run may be requested, if the supervisor is backing off."""
     crash_loop: bool
+    last_error: str | None = None
+    """The newest failed run's error while failures count: what to fix, not just that it
+    restarts."""
 
 
 def consecutive_failures(finished: Sequence[RunView], policy: SupervisorPolicy) -> int:
@@ -109,20 +114,24 @@ def decide(runs: Sequence[RunView], now: float, policy: SupervisorPolicy) -> Dec
     ):
         failures = 0
     crash_loop = failures >= policy.crash_loop_after
+    last_error = finished[0].failure if failures else None
+    error = f"; last error: {last_error}" if last_error else ""
     if active is not None:
         reason = f"run {active.run_id} is {active.state.value}"
-        return Decision(False, reason, active, failures, None, crash_loop)
+        return Decision(False, reason, active, failures, None, crash_loop, last_error)
     if finished and failures:
         newest = finished[0]
         retry_at = (newest.ended_at or newest.created_at) + policy.delay(failures)
         if now < retry_at:
             reason = (
                 f"backing off after {failures} failed runs in a row (newest {newest.run_id}); "
-                f"next attempt in {retry_at - now:.0f}s"
+                f"next attempt in {retry_at - now:.0f}s{error}"
             )
-            return Decision(False, reason, None, failures, retry_at, crash_loop)
+            return Decision(False, reason, None, failures, retry_at, crash_loop, last_error)
     if not finished:
         reason = "no run yet: starting the stream"
     else:
-        reason = f"run {finished[0].run_id} ended {finished[0].state.value}: restarting"
-    return Decision(True, reason, None, failures, None, crash_loop)
+        newest = finished[0]
+        why = f": {newest.failure}" if newest.failure else ""
+        reason = f"run {newest.run_id} ended {newest.state.value}{why}; restarting"
+    return Decision(True, reason, None, failures, None, crash_loop, last_error)

@@ -29,7 +29,8 @@ from tidelake.streaming.calls.anomaly.incidents import Incident
 from tidelake.streaming.calls.demo_events import with_incidents
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
-from tidelake.streaming.kafka.admin import quiet_client_config, require_topic
+from tidelake.streaming.kafka.acls import WRITES
+from tidelake.streaming.kafka.admin import quiet_client_config, require_access, require_topic
 
 _DAY_MS = 86_400_000
 _HOUR_MS = 3_600_000
@@ -139,6 +140,7 @@ def produce_demo_events(
     if via_service is not None and days != 1:
         raise ValueError("via_service needs days=1: the service stamps arrival with its clock")
     require_topic(conf, flow.topic)
+    require_access(conf, flow.topic, WRITES)
 
     generator = _DemoMessages(
         flow,

@@ -1,6 +1,7 @@
 """`tidelake dev` (what `make dev` runs): the whole platform on one machine, one command.
 
-Starts, in order: a local Apache Kafka broker (unless KAFKA_BOOTSTRAP_SERVERS names a cluster),
+Starts, in order: a local Apache Kafka broker (unless KAFKA_BOOTSTRAP_SERVERS names a cluster;
+with --secured-kafka a secured one of its own, each process logging in as its own user),
 the flows' topics, a demo producer per flow at a modest rate, and `dg dev` in its own
 process group with DAGSTER_HOME in the repository. Ctrl-C (or SIGTERM) stops all of it, newest
 first, at any moment (also while seeding history or starting up): active runs are terminated
@@ -20,18 +21,25 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidelake.platform.dev.dagster_web import DagsterWeb, DagsterWebError
-from tidelake.platform.local.kafka_broker import broker_state_file, kept_data_dir, recorded_broker
+from tidelake.platform.local.kafka_broker import (
+    SCRAM_MECHANISM,
+    LocalKafkaBroker,
+    broker_state_file,
+    kept_data_dir,
+    recorded_broker,
+)
 from tidelake.platform.local.s3_server import LocalS3Server
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.errors import ConfigError, TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
-from tidelake.streaming.kafka.admin import check_reachable, ensure_flow_topics
+from tidelake.streaming.kafka.acls import role_grants
+from tidelake.streaming.kafka.admin import check_reachable, ensure_flow_topics, ensure_topic
 from tidelake.streaming.kafka.broker_state import running_broker
-from tidelake.streaming.settings import host_settings, kafka_client_config
+from tidelake.streaming.settings import host_settings, kafka_client_config, kafka_client_env
 from tidelake.streaming.stream.status import first_record_date, kafka_ends
 
 log = logging.getLogger(__name__)
@@ -63,13 +71,20 @@ class DevOptions:
     s3: bool = False
     """Keep the lake and the checkpoints on a local S3 server (SeaweedFS, its data under
     $TIDELAKE_HOME/s3) instead of local folders."""
+    secured_kafka: bool = False
+    """Run Kafka as production should: a secured local broker of its own (SASL_SSL with
+    SCRAM-SHA-512, TLS, ACLs; data under $TIDELAKE_HOME/kafka-secured), the ingest service and
+    the producers as user `ingest`, `dg dev` as user `dagster` (streaming/kafka/acls.py)."""
     project: Path = Path("pyproject.toml")
     """The repository's pyproject.toml, whose [tool.dg] table `dg dev` reads from the cwd."""
 
 
 POSTGRES_URL_VARIABLE = "TIDELAKE_DAGSTER_POSTGRES_URL"
 CLIENT_ENV_FILE = "client.env"
-"""Under $TIDELAKE_HOME/s3 while `tidelake dev --s3` runs: the settings of a client of its lake."""
+"""Under $TIDELAKE_HOME/s3 while `tidelake dev --s3` runs: the settings of a client of its lake;
+under $TIDELAKE_HOME/kafka-secured while `tidelake dev --secured-kafka` runs: its admin's."""
+SECURED_KAFKA_DIR = "kafka-secured"
+"""Under $TIDELAKE_HOME: the secured broker's data (not the plaintext broker's kafka/)."""
 _COMPOSED = (
     "# written by tidelake dev: platform/dev/dagster.yaml and platform/dev/dagster_postgres.yaml\n"
 )
@@ -112,6 +127,8 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
         raise FileNotFoundError(
             f"{options.project} not found: run `tidelake dev` from the repository root"
         )
+    if options.secured_kafka:
+        _refuse_configured_kafka(os.environ)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -132,19 +149,25 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
                 env.setdefault("VIRTUAL_ENV", sys.prefix)  # dg warns unless it is the active one
             if options.s3:
                 env.update(stack.enter_context(_s3(env)))
-            env["KAFKA_BOOTSTRAP_SERVERS"] = stack.enter_context(_kafka(env))
-            conf = kafka_client_config(env)
-            check_reachable(conf)
-            ensure_flow_topics(conf, flows)
+            if options.secured_kafka:
+                users = stack.enter_context(_secured_kafka(flows))
+            else:
+                env["KAFKA_BOOTSTRAP_SERVERS"] = stack.enter_context(_kafka(env))
+                users = _KafkaUsers(kafka_client_config(env))
+                check_reachable(users.admin)
+                ensure_flow_topics(users.admin, flows)
+            conf = users.admin  # tidelake dev's own client: topics, seeding, first dates
+            ingest_env = {**env, **users.ingest_env}
             service = None
             if CALL_EVENTS in flows:
-                serve = _process_group(_serve_command(options), env, name="the ingest service")
+                command = _serve_command(options)
+                serve = _process_group(command, ingest_env, name="the ingest service")
                 stack.enter_context(serve)
                 service = f"127.0.0.1:{options.ingest_port}"
             if options.rate > 0:
                 for flow in flows:
                     if flow.demo_event is not None and options.history_days > 0:
-                        _seed_history(flow, options, conf, env, stop)
+                        _seed_history(flow, options, conf, ingest_env, stop)
                     if stop.is_set():
                         return 0
                 for flow in flows:
@@ -152,15 +175,16 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
                         via = service if flow == CALL_EVENTS else None
                         command = _producer_command(flow, options, via)
                         name = f"the demo producer of {flow.name}"
-                        stack.enter_context(_process_group(command, env, name=name))
+                        stack.enter_context(_process_group(command, ingest_env, name=name))
             if stop.is_set():
                 return 0
             _start_partitions_at_the_data(flows, conf, env)
-            dagster = stack.enter_context(_dagster_dev(options, env))
+            dagster_env = {**env, **users.dagster_env}
+            dagster = stack.enter_context(_dagster_dev(options, dagster_env))
             print(
                 f"tidelake dev: Dagster UI on http://{options.host}:{options.port}, "
                 f"ingest service on {service or 'none'} "
-                f"(DAGSTER_HOME={env['DAGSTER_HOME']}, Kafka {env['KAFKA_BOOTSTRAP_SERVERS']}); "
+                f"(DAGSTER_HOME={env['DAGSTER_HOME']}, Kafka {conf['bootstrap.servers']}); "
                 "Ctrl-C stops everything",
                 file=sys.stderr,
                 flush=True,
@@ -178,6 +202,17 @@ def _say(message: str) -> None:
     print(f"tidelake dev: {message}", file=sys.stderr, flush=True)
 
 
+def _write_client_env(folder: Path, settings: Mapping[str, str]) -> Path:
+    """folder/client.env: `export NAME=value` lines another shell can `source`, readable by
+    this user alone (it holds a key or a password, which is never printed)."""
+    path = folder / CLIENT_ENV_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file left by an older run keeps its mode through O_TRUNC
+    with os.fdopen(fd, "w") as file:
+        file.writelines(f"export {name}={value}\n" for name, value in settings.items())
+    return path
+
+
 @contextlib.contextmanager
 def _s3(env: Mapping[str, str]) -> Iterator[dict[str, str]]:
     """A local S3 server (data kept under $TIDELAKE_HOME/s3) and the settings that put the lake
@@ -190,10 +225,7 @@ def _s3(env: Mapping[str, str]) -> Iterator[dict[str, str]]:
             "TIDELAKE_LAKE": server.uri("lake"),
             "TIDELAKE_CHECKPOINTS": server.uri("checkpoints"),
         }
-        client_env = home / "s3" / CLIENT_ENV_FILE
-        fd = os.open(client_env, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as file:
-            file.writelines(f"export {name}={value}\n" for name, value in settings.items())
+        client_env = _write_client_env(home / "s3", settings)
         _say(
             f"S3 server (SeaweedFS) at {server.endpoint_url}, bucket {server.bucket}, data in "
             f"{home / 's3'}; lake {settings['TIDELAKE_LAKE']}. Another shell reaches it with "
@@ -203,6 +235,75 @@ def _s3(env: Mapping[str, str]) -> Iterator[dict[str, str]]:
             yield settings
         finally:
             client_env.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class _KafkaUsers:
+    """Who is who on the platform's Kafka: tidelake dev's own client config, and the KAFKA_*
+    variables of the ingest service and producers and of `dg dev` (none on a plaintext broker:
+    they inherit the environment's)."""
+
+    admin: dict[str, str]
+    ingest_env: Mapping[str, str] = field(default_factory=dict)
+    dagster_env: Mapping[str, str] = field(default_factory=dict)
+
+
+def _refuse_configured_kafka(env: Mapping[str, str]) -> None:
+    """--secured-kafka runs a broker of its own: a configured cluster as well is a contradiction
+    (its other KAFKA_* settings would reach clients of the secured broker), not a choice."""
+    configured = sorted(
+        name for name, value in env.items() if name.startswith("KAFKA_") and value.strip()
+    )
+    if "KAFKA_BOOTSTRAP_SERVERS" in configured:
+        raise ConfigError(
+            "tidelake dev --secured-kafka (TIDELAKE_DEV_SECURED_KAFKA) starts a secured broker of "
+            f"its own, but KAFKA_BOOTSTRAP_SERVERS={env['KAFKA_BOOTSTRAP_SERVERS']} names a "
+            "cluster to use: unset KAFKA_BOOTSTRAP_SERVERS, or leave out --secured-kafka"
+        )
+    if configured:
+        raise ConfigError(
+            "tidelake dev --secured-kafka (TIDELAKE_DEV_SECURED_KAFKA) gives each process the "
+            f"settings of its secured broker, but {', '.join(configured)} set here would mix "
+            "with them: unset them"
+        )
+
+
+@contextlib.contextmanager
+def _secured_kafka(flows: list[FlowSpec]) -> Iterator[_KafkaUsers]:
+    """A secured local broker of tidelake dev's own (data kept under
+    $TIDELAKE_HOME/kafka-secured, not recorded in the broker state file, so no other command
+    takes it for the plaintext broker) with the flows' topics and the alerts topic created and
+    each role's ACLs granted, as its admin. Least privilege per process: the ingest service and
+    the producers log in as `ingest`, `dg dev` as `dagster` (acls.py says why one user). The
+    admin's settings, for a person's own commands in another shell, go into a 0600 file that
+    goes at exit: no password is printed."""
+    from tidelake.streaming.calls.anomaly.detector import ALERTS_TOPIC  # imports Spark: here
+
+    folder = host_settings().home.resolve() / SECURED_KAFKA_DIR
+    with LocalKafkaBroker(data_dir=folder, secured=True) as broker:
+        admin = broker.client_config()
+        check_reachable(admin)
+        ensure_flow_topics(admin, flows)
+        ensure_topic(admin, ALERTS_TOPIC, 1)  # the detector may write it, not create it
+        broker.grant(role_grants(dict.fromkeys(flow.topic for flow in flows), ALERTS_TOPIC))
+        dagster_env = {
+            **kafka_client_env(broker.client_config("dagster")),
+            # `dagster` may not CREATE topics (least privilege): every topic is made above. A
+            # flow added while the platform runs has neither topic nor grants: its stream says
+            # the topic is missing (restart tidelake dev) instead of being refused a CREATE
+            "TIDELAKE_CREATE_TOPICS": "false",
+        }
+        client_env = _write_client_env(folder, kafka_client_env(admin))
+        _say(
+            f"secured Kafka broker at {broker.bootstrap_servers} (SASL_SSL, {SCRAM_MECHANISM}, "
+            f"ACLs; data in {folder}): the ingest service and producers log in as 'ingest', "
+            f"dg dev as 'dagster'. Another shell reaches it as 'admin' with `source {client_env}`"
+        )
+        try:
+            yield _KafkaUsers(admin, kafka_client_env(broker.client_config("ingest")), dagster_env)
+        finally:
+            client_env.unlink(missing_ok=True)
+            _say("stopped the secured Kafka broker")
 
 
 @contextlib.contextmanager

@@ -5,7 +5,9 @@ Maven artifacts the install step fetched (jvm/pom.xml, streaming/spark/jars.py):
 download at run time. Each broker binds two free ports of 127.0.0.1 (clients, controller), gets
 a bounded heap and its own data folder: a private temporary one that goes with stop(), or a
 kept one (`tidelake broker` and `tidelake dev` keep theirs under $TIDELAKE_HOME/kafka, so the
-topics survive a restart just as the lake and the checkpoints do).
+topics survive a restart just as the lake and the checkpoints do; `tidelake dev --secured-kafka`
+keeps a secured one under $TIDELAKE_HOME/kafka-secured, whose users' passwords stay in its
+tls/users.json, 0600, while its certificates are made anew at each start).
 
 Only the Java process reads the settings: server.properties and a Log4j2 config are written into
 the data folder at every start, so nothing on the machine can reconfigure it, and the ports may
@@ -17,6 +19,8 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
+import json
+import os
 import secrets
 import shutil
 import signal
@@ -44,6 +48,8 @@ from tidelake.streaming.spark.jars import JarsMissingError, broker_classpath, ja
 
 _HOST = "127.0.0.1"
 _LOG_NAME = "broker.log"
+_USERS_FILE = "users.json"
+"""In a kept secured data folder's tls/ (0600): the SCRAM passwords it was formatted with."""
 _LOG_TAIL_BYTES = 4000
 _PORT_ATTEMPTS = 3
 _NODE_ID = 1
@@ -234,11 +240,35 @@ class LocalKafkaBroker:
                 self._ssl_port = self._node.ssl_port if self._node else None
                 self._ssl_port = self._ssl_port or free_port()
             if self._credentials is None:
-                self._credentials = make_credentials(self._workdir / "tls")
+                self._credentials = make_credentials(self._workdir / "tls", self._kept_users())
+                if self._kept_dir is not None:  # before formatting: its SCRAM secrets are these
+                    _write_private(self._workdir / "tls" / _USERS_FILE, self._credentials.users)
         properties = self._write_settings(self._port, controller_port)
         self._cluster_id = self._format(java, classpath, properties)
         self._process = self._spawn(java, classpath, properties)
         _live_brokers.add(self)
+
+    def _kept_users(self) -> dict[str, str] | None:
+        """The SCRAM passwords of a kept, already formatted secured data folder (its formatted
+        metadata holds their secrets), from the 0600 file written when it was formatted; None
+        for a new or private folder, which gets new passwords."""
+        assert self._workdir is not None
+        if self._kept_dir is None or not (self._workdir / "data" / "meta.properties").exists():
+            return None
+        users_file = self._workdir / "tls" / _USERS_FILE
+        try:
+            users: dict[str, str] = json.loads(users_file.read_text())
+        except (OSError, ValueError):
+            raise BrokerError(
+                f"{users_file} (the passwords of the users {self._workdir} was formatted with) is "
+                f"missing or unreadable; delete {self._workdir} to start afresh"
+            ) from None
+        if set(users) != {ADMIN_USER, *ROLE_USERS}:
+            raise BrokerError(
+                f"{self._workdir} was formatted with the users {sorted(users)}, not "
+                f"{sorted([ADMIN_USER, *ROLE_USERS])}; delete it to start afresh"
+            )
+        return users
 
     def kill(self) -> None:
         """SIGKILL the broker (a crash: no clean shutdown), keeping its data folder, so that
@@ -544,8 +574,9 @@ def sasl_client_config(
     }
 
 
-def make_credentials(folder: Path) -> BrokerCredentials:
-    """A CA and certificates made for this start, and a password per user (0600 files)."""
+def make_credentials(folder: Path, users: dict[str, str] | None = None) -> BrokerCredentials:
+    """A CA and certificates made for this start, and a password per user (0600 files): new
+    ones, or `users` (a kept data folder's)."""
     from tidelake.platform.local.certificates import make_certificates
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -558,8 +589,14 @@ def make_credentials(folder: Path) -> BrokerCredentials:
     client_cert.write_bytes(made.client_cert)
     client_key.touch(mode=0o600)
     client_key.write_bytes(made.client_key)
-    users = {name: secrets.token_urlsafe(18) for name in (ADMIN_USER, *ROLE_USERS)}
+    users = users or {name: secrets.token_urlsafe(18) for name in (ADMIN_USER, *ROLE_USERS)}
     return BrokerCredentials(made.client_ca, keystore, client_cert, client_key, users)
+
+
+def _write_private(path: Path, users: dict[str, str]) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as file:
+        json.dump(users, file)
 
 
 def kept_data_dir() -> Path:

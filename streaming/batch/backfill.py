@@ -38,6 +38,8 @@ from tidelake.streaming.delta.write import good_rows
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow.engine_columns import SCHEMA_ID_COLUMN
 from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.kafka.acls import READS
+from tidelake.streaming.kafka.admin import require_access
 from tidelake.streaming.kafka.offsets import Offsets, PartitionEnds, from_json_offsets
 from tidelake.streaming.kafka.read import read_records
 from tidelake.streaming.records.decode import decode_records
@@ -102,6 +104,7 @@ def plan_backfill(
     """Offsets to read for `dates`, bounded by the stream's committed position."""
     if not dates:
         raise BackfillError("no dates to backfill")
+    require_access(kafka_conf, flow.topic, READS, timeout_s)
     version, position = stream_position(flow, settings)
     window = date_window(flow, dates)
     start_ms, end_ms = (int(t.timestamp() * 1000) for t in window)

@@ -121,24 +121,43 @@ def require_topic(conf: Mapping[str, Any], topic: str, timeout_s: float = 10.0) 
 
 
 def _require_describe(conf: Mapping[str, Any], topic: str, timeout_s: float) -> None:
-    """Kafka leaves out of a metadata answer the topics the principal may not DESCRIBE: ask for
-    the topic by name (never creating it) and name the missing ACL instead of "does not
-    exist"."""
+    """Kafka leaves out of a metadata answer the topics the principal may not DESCRIBE: name the
+    missing ACL instead of "does not exist"."""
+    require_access(conf, topic, ("DESCRIBE",), timeout_s)
+
+
+def require_access(
+    conf: Mapping[str, Any], topic: str, operations: Iterable[str], timeout_s: float = 10.0
+) -> None:
+    """KafkaAuthorizationError naming the principal, the topic and the operations it lacks,
+    before anything starts: Kafka tells a client which operations its principal may perform on
+    a topic (all of them on a cluster without an authorizer). Asks for the topic by name, never
+    creating it."""
     from confluent_kafka import TopicCollection
 
     admin = _admin_client(conf)  # kept until the answer: a destroyed client fails its futures
-    future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
+    future = admin.describe_topics(
+        TopicCollection([topic]), include_authorized_operations=True, request_timeout=timeout_s
+    )[topic]
     try:
-        future.result(timeout=timeout_s + 1)
+        allowed = future.result(timeout=timeout_s + 1).authorized_operations
     except KafkaException as exc:
-        error = exc.args[0]
-        if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-            user = conf.get("sasl.username") or "this client's certificate"
-            raise KafkaAuthorizationError(
-                f"Kafka at bootstrap.servers={_bootstrap(conf)} does not let {user!r} DESCRIBE "
-                f"topic {topic!r} (TOPIC_AUTHORIZATION_FAILED): grant it the ACLs its role "
-                "needs (docs/deployment.md)"
-            ) from None
+        if exc.args[0].code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            return  # a missing topic or a slow broker: the caller's own checks report those
+        allowed = []
+    if allowed is None:  # the broker did not say: the read or write itself will tell
+        return
+    names = {operation.name for operation in allowed}
+    wanted = list(operations)
+    missing = [operation for operation in wanted if operation not in names]
+    if missing:
+        user = conf.get("sasl.username") or "this client's certificate"
+        may = ", ".join(sorted(names)) or "nothing"
+        raise KafkaAuthorizationError(
+            f"Kafka at bootstrap.servers={_bootstrap(conf)} does not let {user!r} "
+            f"{' or '.join(missing)} topic {topic!r} (it may: {may}): grant it "
+            f"{' and '.join(wanted)} on it (docs/deployment.md)"
+        )
 
 
 def ensure_topic(

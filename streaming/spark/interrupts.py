@@ -92,7 +92,8 @@ class InterruptBetweenJvmCalls:
 
 def created_off_main_thread(create: Callable[[], SparkSession]) -> SparkSession:
     """`create()` run on another thread while this one waits, interruptibly (a signal's handler
-    runs here, and what it raises leaves this call; the other thread is left to finish)."""
+    runs here, and what it raises leaves this call; the other thread is left to finish); the
+    session is then this thread's active one, as if made here."""
     made: list[SparkSession] = []
     failed: list[BaseException] = []
 
@@ -108,7 +109,10 @@ def created_off_main_thread(create: Callable[[], SparkSession]) -> SparkSession:
         worker.join(_POLL_S)
     if failed:
         raise failed[0]
-    return made[0]
+    session = made[0]
+    # the JVM keeps the active session per thread: the caller's thread is the one that uses it
+    session._jvm.SparkSession.setActiveSession(session._jsparkSession)  # type: ignore[union-attr]
+    return session
 
 
 @contextmanager

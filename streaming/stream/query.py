@@ -21,7 +21,8 @@ from tidelake.streaming.delta.write import (
 )
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
-from tidelake.streaming.kafka.admin import ensure_topic, require_topic
+from tidelake.streaming.kafka.acls import READS
+from tidelake.streaming.kafka.admin import ensure_topic, require_access, require_topic
 from tidelake.streaming.kafka.read import (
     explain_query_failure,
     stream_records,
@@ -90,6 +91,7 @@ class FlowStream:
         if self.settings.create_topics:
             ensure_topic(self.kafka_conf, self.flow.topic, self.flow.topic_partitions)
         require_topic(self.kafka_conf, self.flow.topic)
+        require_access(self.kafka_conf, self.flow.topic, READS)
         recover_upgrade(self.checkpoint)
         check_checkpoint_readable(self.flow.name, self.flow.topic, self.checkpoint)
         if restart_from_table:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import socket
@@ -236,3 +238,92 @@ def test_dev_on_the_s3_server_comes_up_green(
         process.send_signal(signal.SIGINT)
         process.wait(timeout=120)
     assert process.returncode == 0, log.read_text(errors="replace")[-3000:]
+
+
+def test_dev_on_the_secured_broker_comes_up_green_with_a_user_per_process(
+    tmp_path: Path,
+) -> None:
+    """`tidelake dev --secured-kafka` (what `make dev-secured` runs): a secured broker of its
+    own (SASL_SSL, SCRAM-SHA-512, ACLs), the ingest service and producers as `ingest`, `dg dev`
+    as `dagster`, the admin's settings in a 0600 file for another shell, where `tidelake
+    dev-check` passes; no password is printed or left in a log or file, and Ctrl-C cleans up."""
+    port = _free_port()
+    home = tmp_path / "home"
+    env = {
+        **{name: value for name, value in os.environ.items() if not name.startswith("KAFKA_")},
+        "DAGSTER_HOME": str(tmp_path / "dagster_home"),
+        "TIDELAKE_HOME": str(home),
+        "TIDELAKE_LAKE": str(tmp_path / "lake"),
+        "TIDELAKE_CHECKPOINTS": str(tmp_path / "checkpoints"),
+        "TIDELAKE_TRIGGER_INTERVAL": "1 second",
+    }
+    command = [*CLI, "dev", "--secured-kafka", "--rate", "50", "--history-days", "0"]
+    command += ["--port", str(port), "--ingest-port", str(_free_port())]
+    log = tmp_path / "dev.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    client_env = home / "kafka-secured" / "client.env"
+    try:
+        deadline = time.monotonic() + 120
+        while not client_env.exists():
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        assert client_env.stat().st_mode & 0o077 == 0  # the admin's password is the user's alone
+        time.sleep(0.2)  # written in one go right after creation
+        exported = dict(
+            line.removeprefix("export ").split("=", 1)
+            for line in client_env.read_text().split("\n")
+            if line
+        )
+        assert exported["KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
+        assert exported["KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
+        assert exported["KAFKA_SASL_USERNAME"] == "admin"
+        check = subprocess.run(
+            [*CLI, "dev-check", "--url", f"http://127.0.0.1:{port}", "--timeout", "300"],
+            env={**env, **exported},
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
+        said = log.read_text(errors="replace")
+        assert check.returncode == 0, check.stdout + check.stderr + said[-3000:]
+        assert f"rows in {tmp_path / 'lake' / 'call_events'}" in check.stdout, check.stdout
+        bootstrap = exported["KAFKA_BOOTSTRAP_SERVERS"]
+        assert (
+            f"tidelake dev: secured Kafka broker at {bootstrap} (SASL_SSL, SCRAM-SHA-512, ACLs"
+            in said
+        )
+        assert f"`source {client_env}`" in said
+        # least privilege per process: who logs in as whom
+        users = {}
+        for child in psutil.Process(process.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                line, child_env = " ".join(child.cmdline()), child.environ()
+                if child_env.get("KAFKA_SASL_USERNAME"):
+                    users[line] = (child_env["KAFKA_SASL_USERNAME"], child_env)
+        roles = {
+            what: {user for line, (user, _) in users.items() if what in line}
+            for what in (" serve ", " produce ", f"{DG} dev")
+        }
+        assert roles == {" serve ": {"ingest"}, " produce ": {"ingest"}, f"{DG} dev": {"dagster"}}
+        dagster_env = next(e for line, (_, e) in users.items() if f"{DG} dev" in line)
+        assert dagster_env["TIDELAKE_CREATE_TOPICS"] == "false"
+        passwords = json.loads((home / "kafka-secured" / "tls" / "users.json").read_text())
+        assert set(passwords) == {"admin", "ingest", "stream", "detector", "dagster"}
+        assert passwords["admin"] == exported["KAFKA_SASL_PASSWORD"]
+        assert {e["KAFKA_SASL_PASSWORD"] for _, e in users.values()} <= set(passwords.values())
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=120)
+    said = log.read_text(errors="replace")
+    assert process.returncode == 0, said[-3000:]
+    assert not client_env.exists()
+    assert "tidelake dev: stopped the secured Kafka broker" in said
+    for password in passwords.values():
+        assert password not in said + check.stdout + check.stderr
+    for path in tmp_path.rglob("*"):  # the logs of Dagster, its runs, Spark and the broker
+        if path.is_file() and path.name != "users.json":
+            content = path.read_bytes()
+            assert not [p for p in passwords.values() if p.encode() in content], path

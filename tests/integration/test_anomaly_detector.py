@@ -11,10 +11,9 @@ from typing import Any
 import pandas as pd
 import pytest
 from confluent_kafka import Producer
-from kafka_topics import read_values
+from kafka_topics import ON_BOTH_STORES_AND_KAFKAS, read_values
 from lake_readers import read_delta
 from pyspark.sql import functions as F
-from stores import ON_BOTH_STORES
 
 from tidelake.protos.anomaly_pb2 import CallAnomaly
 from tidelake.protos.call_pb2 import CallEvent
@@ -23,7 +22,7 @@ from tidelake.streaming.calls.anomaly.incidents import Incident
 from tidelake.streaming.calls.anomaly.model import minute_windows, train_baselines
 from tidelake.streaming.calls.anomaly.store import ModelInfo, save_model
 from tidelake.streaming.calls.demo_events import ACCOUNTS, scenario_events
-from tidelake.streaming.kafka.admin import delete_topic
+from tidelake.streaming.kafka.admin import delete_topic, ensure_topic
 from tidelake.streaming.stream.query import await_query
 
 RATE = 600  # calls per minute
@@ -110,15 +109,23 @@ def send_burst(
         )
 
 
-@ON_BOTH_STORES
+@ON_BOTH_STORES_AND_KAFKAS
 def test_finds_incidents_reloads_models_and_restarts_at_the_latest_offsets(
-    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any, alerts_topic: str
+    spark: Any,
+    kafka_conf: dict[str, Any],
+    kafka_as: Any,
+    flow: Any,
+    engine_settings: Any,
+    alerts_topic: str,
 ) -> None:
+    """On the secured broker the detector is its own user: it reads the flow's topic and writes
+    the alerts topic (made by an admin beforehand), nothing else."""
     t0 = (time.time_ns() // 1_000_000 // MINUTE_MS - 30) * MINUTE_MS
     save_version(spark, engine_settings, 1, t0 - 120 * MINUTE_MS)
+    ensure_topic(kafka_conf, alerts_topic, 1)
     detector = AnomalyDetector(
         engine_settings,
-        kafka_conf,
+        kafka_as("detector", [flow.topic], alerts_topic),
         flow=flow,
         alerts_topic=alerts_topic,
         watermark="5 seconds",

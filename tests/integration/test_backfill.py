@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from confluent_kafka import Producer
-from kafka_topics import KEEP_FOREVER, set_retention
+from kafka_topics import KEEP_FOREVER, ON_BOTH_KAFKAS, set_retention
 from lake_readers import delta_version, duckdb_query, read_delta
 from live_stream import BackgroundProducer, produce_and_stream, running_stream, wait_for_rows
 from stores import ON_BOTH_STORES
@@ -69,14 +69,19 @@ def test_kafka_time_index_bounds_unordered_timestamps(
 
 
 @ON_BOTH_STORES
+@ON_BOTH_KAFKAS
 def test_backfill_rebuilds_what_the_stream_wrote_and_is_idempotent(
-    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
+    spark: Any, kafka_conf: dict[str, Any], kafka_as: Any, flow: Any, engine_settings: Any
 ) -> None:
+    """On the secured broker: the demo producer as the ingest user; the stream, the plan (the
+    admin client's offsets) and the backfill (executors' time-index lookups) as the stream's."""
+    reader = kafka_as("stream", [flow.topic])
     run = produce_and_stream(
         spark,
         flow,
         engine_settings,
-        kafka_conf,
+        kafka_as("ingest", [flow.topic]),
+        reader,
         count=4000,
         days=3,
         late_share=0.15,
@@ -90,16 +95,16 @@ def test_backfill_rebuilds_what_the_stream_wrote_and_is_idempotent(
     assert before.num_rows == report.by_date[day]
     others = {d: day_rows(stream.table_uri, d) for d in report.by_date if d != day}
 
-    plan = plan_backfill(flow, [day], engine_settings, kafka_conf)
+    plan = plan_backfill(flow, [day], engine_settings, reader)
     assert plan.records < sum(plan.stream_position.values())  # a window, not the whole topic
-    first = run_backfill(spark, plan, engine_settings, kafka_conf)
+    first = run_backfill(spark, plan, engine_settings, reader)
     assert first.rows_by_date == {day: report.by_date[day]}
     assert day_rows(stream.table_uri, day).equals(before)
     for d, rows in others.items():
         assert day_rows(stream.table_uri, d).equals(rows)
 
     again = run_backfill(
-        spark, plan_backfill(flow, [day], engine_settings, kafka_conf), engine_settings, kafka_conf
+        spark, plan_backfill(flow, [day], engine_settings, reader), engine_settings, reader
     )
     assert again.table_version == first.table_version + 1
     assert day_rows(stream.table_uri, day).equals(before)

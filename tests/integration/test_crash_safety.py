@@ -14,11 +14,10 @@ from typing import Any
 
 import pytest
 from deltalake.exceptions import TableNotFoundError
-from kafka_topics import ON_BOTH_KAFKAS
+from kafka_topics import ON_BOTH_KAFKAS, ON_BOTH_STORES_AND_KAFKAS
 from lake_readers import delta_version, duckdb_query, read_delta
 from live_stream import produce_and_stream, run_available_now
 from process_states import kill_tree
-from stores import ON_BOTH_STORES
 
 from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
@@ -60,11 +59,11 @@ def _wait_for_commit_after(table: str, version: int, proc: subprocess.Popen, log
         time.sleep(0.2)
 
 
-@ON_BOTH_STORES
+@ON_BOTH_STORES_AND_KAFKAS
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
-    kafka_conf, call_events_topic, tmp_path, storage_roots
+    kafka_conf, kafka_as, call_events_topic, tmp_path, storage_roots
 ):
-    env = _env(kafka_conf, storage_roots)
+    env = _env(kafka_as("stream", [call_events_topic]), storage_roots)
     log = tmp_path / "stream.log"
     table = f"{storage_roots[0]}/call_events"
     seed = random.randrange(1_000_000)
@@ -110,8 +109,11 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
 
 
 @ON_BOTH_KAFKAS
-def test_sigterm_stops_gracefully_and_the_next_run_resumes(kafka_conf, call_events_topic, tmp_path):
-    env = _env(kafka_conf, (str(tmp_path / "lake"), str(tmp_path / "checkpoints")))
+def test_sigterm_stops_gracefully_and_the_next_run_resumes(
+    kafka_conf, kafka_as, call_events_topic, tmp_path
+):
+    stream_conf = kafka_as("stream", [call_events_topic])
+    env = _env(stream_conf, (str(tmp_path / "lake"), str(tmp_path / "checkpoints")))
     log = tmp_path / "stream.log"
     table = str(tmp_path / "lake" / "call_events")
     first = produce_demo_events(CALL_EVENTS, kafka_conf, count=500, seed=5, progress=False)

@@ -37,7 +37,7 @@ def call_event(i: int, now_ms: int) -> call_pb2.CallEvent:
 
 @ON_BOTH_KAFKAS
 def test_framed_and_bare_records_in_one_partition_all_land_once(
-    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
+    spark: Any, kafka_conf: dict[str, Any], kafka_as: Any, flow: Any, engine_settings: Any
 ) -> None:
     """Half framed by confluent_kafka's serializer (its mock:// registry on the producer side;
     the stream has no registry, so it reads the frames with the flow's own .proto), half bare,
@@ -46,7 +46,8 @@ def test_framed_and_bare_records_in_one_partition_all_land_once(
     serialize = ProtobufSerializer(call_pb2.CallEvent, registry)
     context = SerializationContext(flow.topic, MessageField.VALUE)
     now_ms = time.time_ns() // 1_000_000
-    producer = Producer(quiet_client_config(kafka_conf))
+    producer = Producer(quiet_client_config(kafka_as("ingest", [flow.topic])))
+    reader = kafka_as("stream", [flow.topic])
     framed_ids = []
     for i in range(COUNT):
         event = call_event(i, now_ms)
@@ -61,7 +62,7 @@ def test_framed_and_bare_records_in_one_partition_all_land_once(
     producer.produce(flow.topic, b"\x00\x00\x01", b"cut", partition=0)
     assert producer.flush(30) == 0
 
-    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
+    stream = run_available_now(spark, flow, engine_settings, reader)
     table = read_delta(stream.table_uri)
     keys = table.column("call_sid").to_pylist()
     assert len(keys) == COUNT == len(set(keys))
@@ -81,9 +82,9 @@ def test_framed_and_bare_records_in_one_partition_all_land_once(
     before = table.filter(pc.equal(table["date"], datetime.now(UTC).date()))
     result = run_backfill(
         spark,
-        plan_backfill(flow, [today], engine_settings, kafka_conf),
+        plan_backfill(flow, [today], engine_settings, reader),
         engine_settings,
-        kafka_conf,
+        reader,
     )
     assert result.rows_by_date == {today: before.num_rows}
     after = read_delta(stream.table_uri)

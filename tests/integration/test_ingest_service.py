@@ -75,9 +75,10 @@ class Client:
 
 
 @pytest.fixture
-def server(kafka_conf: dict[str, Any], flow: Any, engine_settings: Any) -> Iterator[IngestServer]:
+def server(kafka_as: Any, flow: Any, engine_settings: Any) -> Iterator[IngestServer]:
+    """The service, as the ingest user on the secured broker (it may write its topic only)."""
     uri = engine_settings.table_uri(flow.table)
-    running = start_ingest_server(kafka_conf, uri, SETTINGS, flow)
+    running = start_ingest_server(kafka_as("ingest", [flow.topic]), uri, SETTINGS, flow)
     yield running
     assert running.stop() == 0  # graceful: every accepted event was flushed
 
@@ -105,7 +106,7 @@ def violations(error: grpc.RpcError) -> dict[str, str]:
 
 @ON_BOTH_KAFKAS
 def test_valid_events_reach_the_table_exactly_once_and_can_be_read_back(
-    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any, client: Client
+    spark: Any, kafka_as: Any, flow: Any, engine_settings: Any, client: Client
 ) -> None:
     unary = [call(duration=n) for n in range(100)]
     for event in unary:
@@ -116,7 +117,7 @@ def test_valid_events_reach_the_table_exactly_once_and_can_be_read_back(
     assert sorted(r.batch for r in results) == list(range(5))
     assert sum(r.accepted for r in results) == 320 and not any(r.refused for r in results)
 
-    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
+    stream = run_available_now(spark, flow, engine_settings, kafka_as("stream", [flow.topic]))
     assert duckdb_query(
         f"select count(*), count(distinct call_sid) from delta_scan('{stream.table_uri}')"
     ) == [(400, 400)]

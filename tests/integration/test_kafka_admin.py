@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
+from kafka_topics import ON_BOTH_KAFKAS
 
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.errors import ConfigError
@@ -32,6 +33,7 @@ def test_check_reachable_passes_for_a_live_broker(kafka_conf: dict[str, Any]) ->
     check_reachable(kafka_conf, timeout_s=5)
 
 
+@ON_BOTH_KAFKAS
 def test_ensure_topic_creates_it_with_the_partition_count(
     kafka_conf: dict[str, Any], topic_name: str
 ) -> None:
@@ -57,6 +59,7 @@ def test_ensure_topic_refuses_fewer_partitions_than_declared(
     assert _partitions(kafka_conf, topic_name) == 3
 
 
+@ON_BOTH_KAFKAS
 def test_a_topic_grown_past_its_declaration_is_accepted(
     kafka_conf: dict[str, Any], topic_name: str
 ) -> None:

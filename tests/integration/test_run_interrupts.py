@@ -37,6 +37,8 @@ def spark_work(spark: LazyPySparkResource) -> None:
     if WHERE == "start":  # while the session is still being made
         threading.Thread(target=interrupt_while_session_is_made, daemon=True).start()
     with host_session(lambda: spark.spark_session, "local[1]") as session:
+        from pyspark.sql import SparkSession
+        print("ACTIVE", SparkSession.getActiveSession() is session, flush=True)
         tracker = session.sparkContext.statusTracker()
         def interrupt_when_running() -> None:
             while WHERE == "job" and not tracker.getActiveJobsIds():
@@ -68,6 +70,8 @@ def test_an_interrupted_step_ends_interrupted_without_tracebacks(where: str) -> 
     print(said[-1500:])
     assert done.returncode == 0, said
     assert "RUN SUCCESS False" in said, said
+    if where != "start":  # made on another thread, the session is still this one's active one
+        assert "ACTIVE True" in said, said
     assert "STEP ERROR DagsterExecutionInterruptedError CAUSE None CONTEXT None" in said, said
     for noise in ("Traceback", "reentrant call", "KeyboardInterrupt", "Py4JJavaError"):
         assert noise not in said, said

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from lake_readers import read_delta
+from lake_readers import delta_version, read_delta
 from live_stream import cli_available_now
 
 from tidelake.platform.dev.produce import produce_demo_events
@@ -20,7 +22,6 @@ from tidelake.platform.local.kafka_cluster import LocalKafkaCluster
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.acls import role_grants
 from tidelake.streaming.kafka.admin import (
-    KafkaAuthenticationError,
     KafkaAuthorizationError,
     check_reachable,
     ensure_topic,
@@ -45,37 +46,6 @@ def test_the_secured_broker_serves_sasl_and_certificate_clients(
     ensure_topic(admin, "secured-topic", 2)
     assert topic_partition_count(admin, "secured-topic") == 2
     check_reachable(secured_broker.certificate_client_config(), timeout_s=10)
-
-
-def test_a_wrong_password_names_the_user_and_mechanism(secured_broker: LocalKafkaBroker) -> None:
-    conf = secured_broker.client_config("stream") | {"sasl.password": "not-it"}
-    with pytest.raises(KafkaAuthenticationError) as refused:
-        check_reachable(conf, timeout_s=5)
-    message = str(refused.value)
-    assert message.startswith(
-        f"Kafka at bootstrap.servers={conf['bootstrap.servers']} refused user 'stream' "
-        "(SCRAM-SHA-512): "
-    )
-    assert "invalid credentials" in message and "\n" not in message
-    assert "not-it" not in message
-
-
-def test_a_ca_that_did_not_sign_the_broker_is_named(
-    secured_broker: LocalKafkaBroker, tmp_path: Path
-) -> None:
-    other = make_certificates(tmp_path)
-    conf = secured_broker.client_config() | {"ssl.ca.location": str(other.client_ca)}
-    with pytest.raises(KafkaAuthenticationError, match="KAFKA_SSL_CA_LOCATION"):
-        check_reachable(conf, timeout_s=5)
-
-
-def test_a_client_without_a_certificate_is_refused_by_name(
-    secured_broker: LocalKafkaBroker,
-) -> None:
-    conf = secured_broker.certificate_client_config()
-    del conf["ssl.certificate.location"], conf["ssl.key.location"]
-    with pytest.raises(KafkaAuthenticationError, match="KAFKA_SSL_CERTIFICATE_LOCATION"):
-        check_reachable(conf, timeout_s=5)
 
 
 def test_a_principal_without_describe_is_told_so_not_that_the_topic_is_missing(
@@ -115,31 +85,86 @@ def test_each_role_gets_exactly_its_grants(secured_broker: LocalKafkaBroker) -> 
     assert KafkaError.TOPIC_AUTHORIZATION_FAILED in codes
 
 
-def test_a_stream_whose_user_may_not_read_its_topic_fails_in_one_line(
-    secured_broker: LocalKafkaBroker, tmp_path: Path
-) -> None:
+@dataclass(frozen=True)
+class LandedStream:
+    """call_events landed once as the stream's user: its folders, settings and table version."""
+
+    root: Path
+    env: dict[str, str]
+    version: int
+    rows: int
+
+    @property
+    def table(self) -> Path:
+        return self.root / "lake" / "call_events"
+
+
+@pytest.fixture(scope="module")
+def landed(secured_broker: LocalKafkaBroker, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root = tmp_path_factory.mktemp("landed")
     admin = secured_broker.client_config()
     ensure_topic(admin, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
     produce_demo_events(CALL_EVENTS, admin, count=200, progress=False, seed=5)
     secured_broker.grant(role_grants([CALL_EVENTS.topic], "call-anomalies"))
     env = {
-        **os.environ,
-        "TIDELAKE_LAKE": str(tmp_path / "lake"),
-        "TIDELAKE_CHECKPOINTS": str(tmp_path / "checkpoints"),
-        "TIDELAKE_HOME": str(tmp_path / "home"),
-        **kafka_client_env(secured_broker.client_config("ingest")),  # may write, not read
+        **{k: v for k, v in os.environ.items() if not k.startswith("KAFKA_")},
+        "TIDELAKE_LAKE": str(root / "lake"),
+        "TIDELAKE_CHECKPOINTS": str(root / "checkpoints"),
+        "TIDELAKE_HOME": str(root / "home"),
     }
-    run = cli_available_now(env, cwd=tmp_path)
-    assert run.returncode == 1
-    errors = [line for line in run.stderr.splitlines() if line.startswith("Error:")]
-    bootstrap, topic = admin["bootstrap.servers"], CALL_EVENTS.topic
-    expected = (
-        f"Error: call_events_stream failed: Kafka at bootstrap.servers={bootstrap} does not let "
-        f"'ingest' READ topic(s) {topic} (TopicAuthorizationException): grant it READ and "
-        "DESCRIBE on them (docs/deployment.md). Nothing was committed."
+    run = cli_available_now(env | kafka_client_env(secured_broker.client_config("stream")), root)
+    assert run.returncode == 0, run.stderr[-3000:]
+    table = read_delta(root / "lake" / "call_events")
+    return LandedStream(
+        root, env, delta_version(str(root / "lake" / "call_events")), table.num_rows
     )
-    assert errors == [expected]
-    assert read_delta(tmp_path / "lake" / "call_events").num_rows == 0
+
+
+def _wrong_password(broker: LocalKafkaBroker, _: Path) -> tuple[dict[str, str], str]:
+    conf = broker.client_config("stream") | {"sasl.password": "not-it"}
+    start = f"Kafka at bootstrap.servers={conf['bootstrap.servers']} refused user 'stream' "
+    return conf, start + "(SCRAM-SHA-512): "
+
+
+def _no_client_certificate(broker: LocalKafkaBroker, _: Path) -> tuple[dict[str, str], str]:
+    conf = broker.certificate_client_config()
+    del conf["ssl.certificate.location"], conf["ssl.key.location"]
+    return conf, "the broker may have refused the client's certificate"
+
+
+def _a_foreign_ca(broker: LocalKafkaBroker, folder: Path) -> tuple[dict[str, str], str]:
+    foreign_ca = make_certificates(folder).client_ca
+    conf = broker.client_config("stream") | {"ssl.ca.location": str(foreign_ca)}
+    return conf, "check that KAFKA_SSL_CA_LOCATION holds the CA that signed"
+
+
+def _no_read_acl(broker: LocalKafkaBroker, _: Path) -> tuple[dict[str, str], str]:
+    conf = broker.client_config("ingest")  # may write the topic, not read it
+    return conf, (
+        f"Kafka at bootstrap.servers={conf['bootstrap.servers']} does not let 'ingest' READ "
+        f"topic '{CALL_EVENTS.topic}' (it may: DESCRIBE, WRITE): grant it READ and DESCRIBE on "
+        "it (docs/deployment.md)"
+    )
+
+
+@pytest.mark.parametrize(
+    "refusal", [_wrong_password, _no_client_certificate, _a_foreign_ca, _no_read_acl]
+)
+def test_a_refused_stream_fails_in_one_line_and_leaves_the_table_as_it_was(
+    secured_broker: LocalKafkaBroker, landed: LandedStream, refusal: Any, tmp_path: Path
+) -> None:
+    """Each of Kafka's refusals, met before anything starts: exit 2, one `Error:` line that says
+    what to check (never "unreachable"), no secret in it, and the table one commit as it was."""
+    produce_demo_events(CALL_EVENTS, secured_broker.client_config(), count=20, progress=False)
+    conf, expected = refusal(secured_broker, tmp_path)
+    run = cli_available_now(landed.env | kafka_client_env(conf), landed.root)
+    errors = [line for line in run.stderr.splitlines() if line.startswith("Error:")]
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert len(errors) == 1 and expected in errors[0], run.stderr[-3000:]
+    assert "unreachable" not in errors[0]
+    assert "not-it" not in run.stdout + run.stderr
+    assert delta_version(str(landed.table)) == landed.version
+    assert read_delta(landed.table).num_rows == landed.rows
 
 
 def test_the_stream_users_password_reaches_no_log_and_no_file_at_debug(

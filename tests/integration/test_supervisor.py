@@ -2,13 +2,15 @@
 
 Sensor tests use a real instance (instance_for_test) on SQLite and on PostgreSQL, the local Kafka
 broker for the lag probe and a real Delta table for partition closing; runs are recorded in the
-instance with given statuses.
+instance with given statuses, except where a real run of the stream job fails (refused by the
+secured broker) so that its own error line is what the supervisor reads.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
@@ -19,6 +21,7 @@ import pyarrow.compute as pc
 import pytest
 from confluent_kafka import Producer
 from dagster._core.test_utils import create_run_for_test
+from deltalake import DeltaTable
 from kafka_topics import KEEP_FOREVER, set_retention
 from lake_readers import read_delta
 from live_stream import run_available_now
@@ -30,9 +33,13 @@ from tidelake.assets.stream import always_on
 from tidelake.assets.stream.always_on import STREAM_TAG
 from tidelake.assets.stream.supervisor_decision import SupervisorPolicy
 from tidelake.assets.tables.asset_specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
+from tidelake.assets.tables.keys import table_key
+from tidelake.platform.local.kafka_broker import LocalKafkaBroker
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.calls.demo_events import call_event
-from tidelake.streaming.kafka.admin import ensure_topic, quiet_client_config
+from tidelake.streaming.kafka.admin import delete_topic, ensure_topic, quiet_client_config
+from tidelake.streaming.settings import kafka_client_env
+from tidelake.streaming.stream.status import committed_batch
 
 POLICY = SupervisorPolicy(backoff_base_s=30, backoff_cap_s=600, healthy_after_s=300)
 
@@ -207,7 +214,13 @@ def test_stale_started_run_is_failed_and_replaced(
         (run_id,) = add_runs(instance, dg.DagsterRunStatus.STARTED)
         result = evaluate(defs, instance, kafka_conf)
         assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.FAILURE
+        later = evaluate(defs, instance, kafka_conf)  # now read back from the run's failure
     assert len(result.run_requests) == 1
+    for tick in (result, later):
+        (request,) = tick.run_requests or []
+        reason = request.tags["tidelake/supervisor_reason"]
+        assert reason.startswith(f"run {run_id} ended FAILURE: stream run silent for ")
+        assert reason.endswith("s: its worker is lost; restarting")
 
 
 def _closed(result: dg.SensorResult) -> dict[str, int]:
@@ -294,3 +307,88 @@ def test_the_anomaly_detector_is_supervised_like_a_stream(
         context = dg.build_sensor_context(instance=instance, definitions=defs, resources=resources)
         result = sensor(context)
     assert not result.run_requests and "is STARTED" in result.skip_reason.skip_message
+
+
+def test_a_stream_refused_by_kafka_shows_kafkas_line_not_a_silent_restart_loop(
+    make_instance: Any,
+    secured_local_broker: LocalKafkaBroker,
+    engine_settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 31: real runs of the stream job, refused by the secured broker (a wrong password),
+    fail with Kafka's one line; the supervisor's reason, its stream_alive check and the check
+    executed on demand all name that line, first on the restart, then in the crash loop."""
+    admin = secured_local_broker.client_config()
+    flow = dataclasses.replace(CALL_EVENTS, topic=f"tidelake-test-refused-{uuid.uuid4().hex[:8]}")
+    ensure_topic(admin, flow.topic, flow.topic_partitions)  # only the password is wrong
+    wrong = secured_local_broker.client_config("stream") | {"sasl.password": "not-it"}
+    for name, value in kafka_client_env(wrong).items():
+        monkeypatch.setenv(name, value)  # the engine and KafkaResource read KAFKA_*
+    key = table_key(flow)
+    health = dg.define_asset_job(
+        "stream_health_now",
+        dg.AssetSelection.checks(
+            dg.AssetCheckKey(key, STREAM_ALIVE), dg.AssetCheckKey(key, LAG_BELOW_THRESHOLD)
+        ),
+    )
+    defs = dg.Definitions.merge(
+        build_definitions({flow.name: flow}, engine_settings, POLICY), dg.Definitions(jobs=[health])
+    )
+    stream_job = defs.resolve_job_def("call_events_stream")
+    conf = {"bootstrap.servers": wrong["bootstrap.servers"]}
+    try:
+        with make_instance() as instance:
+
+            def fail_once() -> tuple[str, str]:
+                result = stream_job.execute_in_process(instance=instance, raise_on_error=False)
+                assert not result.success
+                (failure,) = result.get_step_failure_events()
+                user_failure = failure.step_failure_data.user_failure_data
+                assert user_failure is not None and user_failure.description
+                return result.run_id, user_failure.description
+
+            refused = (
+                f"Kafka at bootstrap.servers={wrong['bootstrap.servers']} refused user 'stream' "
+                "(SCRAM-SHA-512): "
+            )
+            run_id, line = fail_once()
+            assert line.startswith(refused) and "\n" not in line and "not-it" not in line
+
+            restart = evaluate(defs, instance, conf)
+            (request,) = restart.run_requests or []
+            reason = f"run {run_id} ended FAILURE: {line}; restarting"
+            assert request.tags["tidelake/supervisor_reason"] == reason
+            alive = checks(restart)[STREAM_ALIVE]
+            assert not alive.passed and alive.severity == dg.AssetCheckSeverity.ERROR
+            assert alive.description == f"no stream run: {reason}"
+            assert alive.metadata["last_error"].value == line
+
+            for _ in range(2):  # the line differs in librdkafka's timing: the newest one counts
+                run_id, line = fail_once()
+            assert line.startswith(refused)
+            backing_off = evaluate(defs, instance, conf)
+            assert not backing_off.run_requests
+            assert backing_off.skip_reason is not None
+            skip = backing_off.skip_reason.skip_message or ""
+            assert skip.startswith(f"backing off after 3 failed runs in a row (newest {run_id})")
+            assert skip.endswith(f"; last error: {line}")
+            alive = checks(backing_off)[STREAM_ALIVE]
+            assert not alive.passed and alive.severity == dg.AssetCheckSeverity.ERROR
+            description = alive.description or ""
+            assert description.startswith("crash loop: 3 failed runs in a row; next attempt at ")
+            assert description.endswith(f"; last error: {line}")
+            assert alive.metadata["last_error"].value == line
+
+            executed = defs.resolve_job_def(health.name).execute_in_process(instance=instance)
+            on_demand = {
+                e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data
+                for e in executed.all_events
+                if e.event_type_value == "ASSET_CHECK_EVALUATION"
+            }
+            assert (on_demand[STREAM_ALIVE].description or "").endswith(f"; last error: {line}")
+            assert on_demand[STREAM_ALIVE].metadata["last_error"].value == line
+    finally:
+        delete_topic(admin, flow.topic)
+    # refused before Spark started: no table, no checkpoint commit, nothing written
+    assert not DeltaTable.is_deltatable(engine_settings.table_uri(flow.table))
+    assert committed_batch(engine_settings.checkpoint_uri(flow.name), flow.topic) is None

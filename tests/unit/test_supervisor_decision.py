@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tidelake.assets.stream.supervisor_decision import RunState, RunView, SupervisorPolicy, decide
@@ -72,3 +74,45 @@ def test_canceled_run_is_restarted_without_backoff() -> None:
     runs = [run(RunState.CANCELED, ended_ago=1), run(RunState.FAILURE, ended_ago=50, n=1)]
     decision = decide(runs, NOW, POLICY)
     assert decision.launch and decision.consecutive_failures == 0
+
+
+REFUSED = "Kafka at bootstrap.servers=b:9093 refused user 'stream' (SCRAM-SHA-512): bad password"
+
+
+def failed(ended_ago: float, n: int = 0, failure: str | None = REFUSED) -> RunView:
+    return dataclasses.replace(run(RunState.FAILURE, ended_ago=ended_ago, n=n), failure=failure)
+
+
+def test_a_restart_names_the_failed_runs_error() -> None:
+    decision = decide([failed(ended_ago=1)], NOW, POLICY)
+    assert decision.launch and decision.last_error == REFUSED
+    assert decision.reason == f"run run0 ended FAILURE: {REFUSED}; restarting"
+
+
+def test_a_back_off_names_the_newest_failed_runs_error() -> None:
+    runs = [failed(1, n=0), failed(2, n=1, failure="an older error"), failed(3, n=2)]
+    decision = decide(runs, NOW, POLICY)
+    assert decision.crash_loop and not decision.launch
+    assert decision.last_error == REFUSED
+    assert decision.reason.endswith(f"next attempt in 59s; last error: {REFUSED}")
+
+
+def test_a_failure_without_a_recorded_error_reads_as_before() -> None:
+    decision = decide([failed(ended_ago=1, failure=None)], NOW, POLICY)
+    assert decision.last_error is None
+    assert decision.reason == "run run0 ended FAILURE; restarting"
+
+
+def test_a_live_run_after_failures_keeps_the_error_until_it_is_healthy() -> None:
+    failures = [failed(10, n=i) for i in range(1, 4)]
+    starting = decide([run(RunState.STARTING, lived=0), *failures], NOW, POLICY)
+    assert starting.crash_loop and starting.last_error == REFUSED
+    healthy = decide([run(RunState.STARTED, lived=600), *failures], NOW, POLICY)
+    assert healthy.last_error is None and not healthy.crash_loop
+
+
+def test_a_cancel_after_a_failure_carries_no_error() -> None:
+    runs = [run(RunState.CANCELED, ended_ago=1), failed(50, n=1)]
+    decision = decide(runs, NOW, POLICY)
+    assert decision.last_error is None
+    assert decision.reason == "run run0 ended CANCELED; restarting"

@@ -46,7 +46,13 @@ from tidelake.streaming.delta.write import app_id
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow.engine_columns import ERROR_COLUMN
 from tidelake.streaming.flow.spec import FlowSpec
-from tidelake.streaming.kafka.admin import ensure_topic, quiet_client_config, require_topic
+from tidelake.streaming.kafka.acls import READS, WRITES
+from tidelake.streaming.kafka.admin import (
+    ensure_topic,
+    quiet_client_config,
+    require_access,
+    require_topic,
+)
 from tidelake.streaming.kafka.read import explain_query_failure, stream_records
 from tidelake.streaming.records.decode import decode_records
 from tidelake.streaming.schemas.writer_schemas import WriterSchemas
@@ -107,8 +113,10 @@ class AnomalyDetector:
 
     def preflight(self) -> None:
         require_topic(self.kafka_conf, self.flow.topic)
+        require_access(self.kafka_conf, self.flow.topic, READS)
         self.schemas.prefetch()
         ensure_topic(self.kafka_conf, self.alerts_topic, 1)
+        require_access(self.kafka_conf, self.alerts_topic, WRITES)
 
     def batch_error(self) -> TidelakeError | None:
         """None: the detector's batches raise nothing of tidelake's own to report instead."""

@@ -32,8 +32,9 @@ import org.apache.spark.sql.types.DataTypes;
  */
 public final class KafkaTimeIndex implements UDF4<String, Integer, Long, Long, Boolean> {
   private static final long serialVersionUID = 1L;
-  private static final Map<String, KafkaConsumer<byte[], byte[]>> CONSUMERS = new HashMap<>();
-  private static final Map<String, ArrivalClock> CLOCKS = new HashMap<>();
+  private static final Map<Map<String, String>, KafkaConsumer<byte[], byte[]>> CONSUMERS =
+      new HashMap<>();
+  private static final Map<Map<String, String>, ArrivalClock> CLOCKS = new HashMap<>();
 
   private final HashMap<String, String> kafkaConf;
   private final long timeoutMs;
@@ -111,8 +112,17 @@ public final class KafkaTimeIndex implements UDF4<String, Integer, Long, Long, B
     }
   }
 
-  private String cacheKey() {
-    return String.valueOf(kafkaConf.get("bootstrap.servers"));
+  private Map<String, String> cacheKey() {
+    return clientKey(kafkaConf);
+  }
+
+  /**
+   * Clients and clocks are kept per whole client config, not per cluster: two principals on one
+   * cluster in one Spark application (a stream's user and the detector's) each read as
+   * themselves, and neither is answered from what the other was allowed to read.
+   */
+  static Map<String, String> clientKey(Map<String, String> kafkaConf) {
+    return Map.copyOf(kafkaConf);
   }
 
   private KafkaConsumer<byte[], byte[]> consumer() {
