@@ -364,6 +364,9 @@ def _security_refusal(
     if not heard:
         return None
     reason = re.sub(r"^\S+://\S+/\S+: ", "", heard[-1].str())
+    offered = re.search(r"supported mechanisms: ([^(]*)", reason)
+    if offered is not None and not offered[1].strip():
+        return None  # a listener without SASL: the caller names the protocol the client spoke
     if heard[-1].code() == KafkaError._AUTHENTICATION:
         user = conf.get("sasl.username", "")
         mechanism = str(conf.get("sasl.mechanism", "GSSAPI")).upper()

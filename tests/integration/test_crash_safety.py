@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from deltalake.exceptions import TableNotFoundError
-from kafka_topics import ON_BOTH_KAFKAS, ON_BOTH_STORES_AND_KAFKAS
+from kafka_topics import ON_BOTH_STORES_AND_KAFKAS
 from lake_readers import delta_version, duckdb_query, read_delta
 from live_stream import produce_and_stream, run_available_now
 from process_states import kill_tree
@@ -108,7 +108,6 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
     assert read_delta(f"{storage_roots[0]}/call_events_quarantine").num_rows == report.malformed
 
 
-@ON_BOTH_KAFKAS
 def test_sigterm_stops_gracefully_and_the_next_run_resumes(
     kafka_conf, kafka_as, call_events_topic, tmp_path
 ):

@@ -13,7 +13,6 @@ from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from kafka_topics import ON_BOTH_KAFKAS
 from lake_readers import read_delta
 from live_stream import run_available_now
 
@@ -35,7 +34,6 @@ def call_event(i: int, now_ms: int) -> call_pb2.CallEvent:
     )
 
 
-@ON_BOTH_KAFKAS
 def test_framed_and_bare_records_in_one_partition_all_land_once(
     spark: Any, kafka_conf: dict[str, Any], kafka_as: Any, flow: Any, engine_settings: Any
 ) -> None:
