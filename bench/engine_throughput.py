@@ -383,24 +383,14 @@ def main(
             f"{s['cpu_s']:.1f} s + S3 server {s['s3_server_cpu_s']:.1f} s vs {t['cpu_s']:.1f} s"
         )
     if also_framed:
-        f = result["framed"]
-        cost = 1 - f["steady_events_per_s"] / t["steady_events_per_s"]
         click.echo(
-            f"every value framed (Confluent wire format) next to bare: steady "
-            f"{f['steady_events_per_s']:,.0f} vs {t['steady_events_per_s']:,.0f} ev/s (framing "
-            f"costs {cost:.1%}; target < 5%), CPU {f['cpu_s'] / f['rows'] * 1e6:.1f} vs "
-            f"{t['cpu_s'] / t['rows'] * 1e6:.1f} us/event, start-up {f['startup_s']:.1f} vs "
-            f"{t['startup_s']:.1f} s"
+            "every value framed (Confluent wire format) next to bare: "
+            + _cost_next_to(result["framed"], t, "framing", 0.05)
         )
     if also_secured:
-        x = result["secured"]
-        cost = 1 - x["steady_events_per_s"] / t["steady_events_per_s"]
         click.echo(
-            f"from a secured broker (SASL_SSL, SCRAM-SHA-512, TLS) next to plaintext: steady "
-            f"{x['steady_events_per_s']:,.0f} vs {t['steady_events_per_s']:,.0f} ev/s (TLS costs "
-            f"{cost:.1%}; target < 25%), CPU {x['cpu_s'] / x['rows'] * 1e6:.1f} vs "
-            f"{t['cpu_s'] / t['rows'] * 1e6:.1f} us/event, start-up {x['startup_s']:.1f} vs "
-            f"{t['startup_s']:.1f} s"
+            "from a secured broker (SASL_SSL, SCRAM-SHA-512, TLS) next to plaintext: "
+            + _cost_next_to(result["secured"], t, "TLS", 0.25)
         )
     if also_on_cluster:
         c = result["cluster"]
@@ -418,3 +408,15 @@ def main(
 
 if __name__ == "__main__":
     main()
+
+
+def _cost_next_to(run: dict, base: dict, what: str, target: float) -> str:
+    """A variant's run next to the base run of the same benchmark: steady rate, what it costs
+    against its target, CPU per event and start-up."""
+    cost = 1 - run["steady_events_per_s"] / base["steady_events_per_s"]
+    return (
+        f"steady {run['steady_events_per_s']:,.0f} vs {base['steady_events_per_s']:,.0f} ev/s "
+        f"({what} costs {cost:.1%}; target < {target:.0%}), CPU "
+        f"{run['cpu_s'] / run['rows'] * 1e6:.1f} vs {base['cpu_s'] / base['rows'] * 1e6:.1f} "
+        f"us/event, start-up {run['startup_s']:.1f} vs {base['startup_s']:.1f} s"
+    )
