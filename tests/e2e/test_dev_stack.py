@@ -188,6 +188,36 @@ def _free_port() -> int:
 CLI = [sys.executable, "-m", "tidelake.platform.cli"]
 
 
+def _client_settings(process: subprocess.Popen[bytes], client_env: Path, log: Path) -> dict:
+    """The settings `tidelake dev` leaves for another shell, once written: readable by the user
+    alone, `export NAME=value` lines."""
+    deadline = time.monotonic() + 120
+    while not client_env.exists():
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.5)
+    assert client_env.stat().st_mode & 0o077 == 0
+    time.sleep(0.2)  # written in one go right after creation
+    return dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in client_env.read_text().split("\n")
+        if line
+    )
+
+
+def _dev_check(port: int, env: dict[str, str], log: Path) -> subprocess.CompletedProcess[str]:
+    """`tidelake dev-check` against the stack's UI, which must pass."""
+    check = subprocess.run(
+        [*CLI, "dev-check", "--url", f"http://127.0.0.1:{port}", "--timeout", "300"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    said = log.read_text(errors="replace")
+    assert check.returncode == 0, check.stdout + check.stderr + said[-3000:]
+    return check
+
+
 def test_dev_on_the_s3_server_comes_up_green(
     kafka_conf: dict[str, Any], call_events_topic: str, tmp_path: Path
 ) -> None:
@@ -211,25 +241,9 @@ def test_dev_on_the_s3_server_comes_up_green(
         )
     client_env = tmp_path / "home" / "s3" / "client.env"
     try:
-        deadline = time.monotonic() + 120
-        while not client_env.exists():
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.5)
-        assert client_env.stat().st_mode & 0o077 == 0  # the key's file is the user's alone
-        exported = dict(
-            line.removeprefix("export ").split("=", 1)
-            for line in client_env.read_text().split("\n")
-            if line
-        )
-        check = subprocess.run(
-            [*CLI, "dev-check", "--url", f"http://127.0.0.1:{port}", "--timeout", "300"],
-            env={**env, **exported},
-            capture_output=True,
-            text=True,
-            timeout=400,
-        )
+        exported = _client_settings(process, client_env, log)  # the key's file: 0600
+        check = _dev_check(port, {**env, **exported}, log)
         said = log.read_text(errors="replace")
-        assert check.returncode == 0, check.stdout + check.stderr + said[-3000:]
         assert "rows in s3://tidelake/lake/call_events" in check.stdout, check.stdout
         assert "S3 server (SeaweedFS) at http://127.0.0.1:" in said
         secret = exported["AWS_SECRET_ACCESS_KEY"]
@@ -266,29 +280,12 @@ def test_dev_on_the_secured_broker_comes_up_green_with_a_user_per_process(
         )
     client_env = home / "kafka-secured" / "client.env"
     try:
-        deadline = time.monotonic() + 120
-        while not client_env.exists():
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.5)
-        assert client_env.stat().st_mode & 0o077 == 0  # the admin's password is the user's alone
-        time.sleep(0.2)  # written in one go right after creation
-        exported = dict(
-            line.removeprefix("export ").split("=", 1)
-            for line in client_env.read_text().split("\n")
-            if line
-        )
+        exported = _client_settings(process, client_env, log)  # the admin's password: 0600
         assert exported["KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
         assert exported["KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
         assert exported["KAFKA_SASL_USERNAME"] == "admin"
-        check = subprocess.run(
-            [*CLI, "dev-check", "--url", f"http://127.0.0.1:{port}", "--timeout", "300"],
-            env={**env, **exported},
-            capture_output=True,
-            text=True,
-            timeout=400,
-        )
+        check = _dev_check(port, {**env, **exported}, log)
         said = log.read_text(errors="replace")
-        assert check.returncode == 0, check.stdout + check.stderr + said[-3000:]
         assert f"rows in {tmp_path / 'lake' / 'call_events'}" in check.stdout, check.stdout
         bootstrap = exported["KAFKA_BOOTSTRAP_SERVERS"]
         assert (
