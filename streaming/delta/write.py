@@ -100,6 +100,7 @@ class MicroBatchWriter:
     """Why the last batch was abandoned before any commit, in tidelake's words (Spark wraps
     it in its own traceback): NewWriterSchemasError asks for the query to be started again."""
     _app_id: str | None = field(default=None, init=False)
+    _shapes: _BatchShapes | None = field(default=None, init=False)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:
@@ -117,11 +118,10 @@ class MicroBatchWriter:
             # they did not run; the rows go nowhere, Delta holds them already
             batch.write.format("noop").mode("overwrite").save()
             return
+        shapes = self._shapes = self._shapes or _BatchShapes.of(batch, self.flow)
         refused = Observation(f"refused-{uuid.uuid4().hex}")
         observed = batch.observe(
-            refused,
-            F.collect_list(_refused_struct(batch, self.flow)),
-            F.collect_set(SCHEMA_ID_COLUMN),
+            refused, F.collect_list(shapes.refused_struct), F.collect_set(SCHEMA_ID_COLUMN)
         )
         files = write_data_files(
             good_rows(observed, self.flow),
@@ -138,7 +138,7 @@ class MicroBatchWriter:
             )
         # quarantine first: once the main table records a batch, all of it is written
         if refused_rows and not _holds(self.quarantine_uri, txn, batch_id):
-            schema = arrow_schema(quarantine_rows(batch, self.flow))
+            schema = shapes.quarantine_schema
             commit_files(
                 self.quarantine_uri,
                 write_arrow_files(
@@ -155,7 +155,7 @@ class MicroBatchWriter:
         commit_files(
             self.table_uri,
             files,
-            schema=arrow_schema(good_rows(batch, self.flow)),
+            schema=shapes.table_schema,
             partition_by=[self.flow.partition_column],
             app_id=txn,
             version=batch_id,
@@ -167,6 +167,24 @@ class MicroBatchWriter:
             metadata = Location(self.checkpoint) / "metadata"
             self._app_id = app_id(json.loads(metadata.read_text())["id"])
         return self._app_id
+
+
+@dataclass(frozen=True)
+class _BatchShapes:
+    """What every micro-batch of a query shares, built once: building them from each batch
+    analyses new plans through py4j, ~90 ms a micro-batch (measured at 5,000 events/s)."""
+
+    refused_struct: Column
+    table_schema: pa.Schema
+    quarantine_schema: pa.Schema
+
+    @classmethod
+    def of(cls, batch: DataFrame, flow: FlowSpec) -> _BatchShapes:
+        return cls(
+            _refused_struct(batch, flow),
+            arrow_schema(good_rows(batch, flow)),
+            arrow_schema(quarantine_rows(batch, flow)),
+        )
 
 
 class NewWriterSchemasError(TidelakeError, RuntimeError):

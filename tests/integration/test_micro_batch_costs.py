@@ -1,0 +1,73 @@
+"""What each micro-batch pays for beyond its rows: the same generated code every batch, and no
+process forked per file that Spark writes on the local disk (docs/benchmarks.md, issue 32)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from live_stream import running_stream
+
+from tidelake.platform.dev.produce import produce_demo_events
+
+
+def _generated_code(query: Any, spark: Any) -> str:
+    """The Java that Spark generated for the query's last micro-batch (plan text left out)."""
+    plan = query._jsq.streamingQuery().lastExecution().executedPlan()
+    text = spark._jvm.org.apache.spark.sql.execution.debug.package.codegenString(plan)
+    return "\n".join(line for line in text.splitlines() if line.startswith("/* "))
+
+
+def _next_batch(query: Any, after: int, timeout_s: float = 60) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        progress = query.lastProgress
+        if progress and progress["batchId"] > after and progress["numInputRows"] > 0:
+            return int(progress["batchId"])
+        time.sleep(0.1)
+    raise AssertionError(f"no micro-batch with rows after batch {after} in {timeout_s} s")
+
+
+def test_every_micro_batch_runs_the_code_generated_for_the_first(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
+) -> None:
+    # a literal that changes per batch (current_timestamp() did) makes Spark compile the whole
+    # decode stage again, and the JIT with it, for every micro-batch
+    with running_stream(spark, flow, engine_settings, kafka_conf) as stream:
+        (query,) = [q for q in spark.streams.active if q.name == stream.query_name]
+        codes, batch = [], -1
+        for wave in range(3):
+            produce_demo_events(flow, kafka_conf, count=20, seed=wave, progress=False)
+            batch = _next_batch(query, batch)
+            codes.append(_generated_code(query, spark))
+    assert "GeneratedIteratorForCodegenStage1" in codes[0]
+    assert codes[1] == codes[0] and codes[2] == codes[0]
+
+
+def test_writing_checkpoint_files_forks_no_process(spark: Any, tmp_path: Path) -> None:
+    # without Hadoop's native library, its local filesystem forked chmod for every file it
+    # created and readlink for every rename (dev.tidelake.hadoop.NioRawLocalFileSystem)
+    jvm = spark._jvm
+    conf = spark._jsc.hadoopConfiguration()
+    manager = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+    files = manager.create(jvm.org.apache.hadoop.fs.Path(tmp_path.as_uri()), conf)
+    forks_before = _forks()
+    for i in range(20):
+        out = files.createAtomic(jvm.org.apache.hadoop.fs.Path(f"{tmp_path.as_uri()}/{i}"), False)
+        out.write(b"x")
+        out.close()
+    forks = _forks() - forks_before
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == sorted(
+        str(i) for i in range(20)
+    )
+    assert oct((tmp_path / "0").stat().st_mode & 0o777) == "0o644"
+    assert forks < 10, f"{forks} processes forked while writing 20 checkpoint files"
+
+
+def _forks() -> int:
+    """Processes created on this machine since boot (/proc/stat)."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("processes "):
+            return int(line.split()[1])
+    raise AssertionError("no processes line in /proc/stat")
