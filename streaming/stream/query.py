@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -131,8 +132,9 @@ class FlowStream:
             self._first_batch_done = True
             if self.settings.first_batch_offsets < self.settings.max_offsets_per_trigger:
                 first = self._start(spark, self.settings.first_batch_offsets, "first batch")
-                while first.isActive and first.lastProgress is None:
-                    first.awaitTermination(0.1)  # type: ignore[arg-type]  # seconds
+                with contextlib.suppress(StreamingQueryException):  # returned, not raised
+                    while first.isActive and first.lastProgress is None:
+                        first.awaitTermination(0.1)  # type: ignore[arg-type]  # seconds
                 if not first.isActive:
                     return first
                 first.stop()
