@@ -89,10 +89,9 @@ def spark_session_conf(
     # spark-submit reads spark.jars through Hadoop's filesystem before they are on the
     # classpath, so the class that fs.file.impl names must be on the JVM's own classpath, and
     # with it what it needs; executors of a cluster still get them through spark.jars
-    user_classpath = settings.get("spark.driver.extraClassPath", "")
-    settings["spark.driver.extraClassPath"] = os.pathsep.join(
-        [*jars, *[user_classpath][: bool(user_classpath)]]
-    )
+    user_classpath = conf.pop("spark.driver.extraClassPath", None)
+    classpath = [*jars, user_classpath] if user_classpath else jars
+    settings["spark.driver.extraClassPath"] = os.pathsep.join(classpath)
     settings.update(conf)
     archive_options = class_archive.java_options() if use_class_archive else ""
     if archive_options:
