@@ -119,14 +119,21 @@ class FlowStream:
         """Why the query's last batch was abandoned, if tidelake raised it (delta/write.py)."""
         return None if self._writer is None else self._writer.failure
 
-    def start(self, spark: SparkSession, *, available_now: bool = False) -> StreamingQuery:
+    def start(
+        self,
+        spark: SparkSession,
+        *,
+        available_now: bool = False,
+        stop: threading.Event | None = None,
+    ) -> StreamingQuery:
         """Start the query (call preflight first: it prepares the checkpoint).
 
         The first start of this FlowStream runs one small micro-batch first
         (settings.first_batch_offsets records at most) as a query of its own, stopped once
         that batch committed and before another began: Spark's Kafka source has no setting
         for its first batch, and a cold JVM pays ~3x per record. A failure of that query is
-        returned as the query, for the caller to report like any other.
+        returned as the query, for the caller to report like any other; so is that query,
+        stopped, when `stop` was set while it ran (nothing more is started).
         """
         if not self._first_batch_done:
             self._first_batch_done = True
@@ -138,6 +145,8 @@ class FlowStream:
                 if not first.isActive:
                     return first
                 first.stop()
+                if stop is not None and stop.is_set():
+                    return first
         return self._start(
             spark, self.settings.max_offsets_per_trigger, "available now" if available_now else ""
         )

@@ -42,9 +42,10 @@ def run_flow_stream(
     started = time.monotonic()
     spark = build_spark_session(settings.spark_master, settings.spark_conf, f"tidelake-{flow.name}")
     log.info("spark session ready in %.1fs", time.monotonic() - started)
+    stop = stop or threading.Event()
     run_query(
-        lambda: stream.start(spark, available_now=available_now),
-        stop or threading.Event(),
+        lambda: stream.start(spark, available_now=available_now, stop=stop),
+        stop,
         explain=stream.explain_failure,
         batch_error=stream.batch_error,
     )
