@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -133,12 +134,7 @@ def decode_records(
 def protobuf_decode(value: Column, flow: FlowSpec, schemas: WriterSchemas) -> Column:
     """The JVM decoder's struct of the flow's message (its fields, then `_error` and
     `_schema_id`)."""
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.getActiveSession()
-    if spark is None:
-        raise RuntimeError("protobuf_decode needs an active SparkSession")
-    decoder = spark._jvm.dev.tidelake.spark.ProtobufDecoder  # type: ignore[union-attr]
+    decoder = _tidelake_jvm("protobuf_decode").ProtobufDecoder
     java_column = decoder.decode(
         _to_java_column(value),
         flow.message.DESCRIPTOR.full_name,
@@ -149,16 +145,21 @@ def protobuf_decode(value: Column, flow: FlowSpec, schemas: WriterSchemas) -> Co
     return ClassicColumn(java_column)
 
 
+def _tidelake_jvm(caller: str) -> Any:
+    """The package dev.tidelake.spark in the active session's JVM (jvm/spark-extensions)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    if spark is None or spark._jvm is None:
+        raise RuntimeError(f"{caller} needs an active SparkSession")
+    return spark._jvm.dev.tidelake.spark
+
+
 def _ingest_clock() -> Column:
     """When the engine read the record: the wall clock per row (dev.tidelake.spark.IngestClock).
     Not current_timestamp(), which a stream inlines into each micro-batch's generated code as
     a new literal, so that every batch compiled the decode stage again."""
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.getActiveSession()
-    if spark is None:
-        raise RuntimeError("decode_records needs an active SparkSession")
-    clock = spark._jvm.dev.tidelake.spark.IngestClock  # type: ignore[union-attr]
+    clock = _tidelake_jvm("decode_records").IngestClock
     return F.timestamp_micros(ClassicColumn(clock.micros()))
 
 
@@ -180,14 +181,9 @@ def _too_late(event_us: Column) -> Column:
 
 def _behind_a_later_record(flow: FlowSpec, kafka_conf: Mapping[str, str]) -> Column:
     """ "too late" for a record that stands behind one stamped after its date closed."""
-    from pyspark.sql import SparkSession
-
     from tidelake.streaming.kafka.read import java_client_options
 
-    spark = SparkSession.getActiveSession()
-    if spark is None:
-        raise RuntimeError("decode_records needs an active SparkSession")
-    index = spark._jvm.dev.tidelake.spark.KafkaTimeIndex  # type: ignore[union-attr]
+    index = _tidelake_jvm("decode_records").KafkaTimeIndex
     behind = index.behind(
         *(_to_java_column(F.col(c)) for c in KAFKA_POSITION),
         _to_java_column(_closes_ms(F.col("_event_us"), flow)),

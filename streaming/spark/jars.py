@@ -81,11 +81,13 @@ def spark_jars() -> list[Path]:
     """Jars every tidelake SparkSession loads: the Kafka source and Delta, with dependencies."""
     return _jars(
         SPARK_FOLDER,
-        ("spark-sql-kafka-0-10_2.13", "delta-spark_2.13", "kafka-clients", EXTENSIONS_ARTIFACT),
+        (
+            "spark-sql-kafka-0-10_2.13",
+            "delta-spark_2.13",
+            "kafka-clients",
+            "tidelake-spark-extensions",
+        ),
     )
-
-
-EXTENSIONS_ARTIFACT = "tidelake-spark-extensions"
 
 
 def broker_classpath() -> str:
