@@ -28,6 +28,16 @@ _SECRET_WORDS = ("password", "secret", "key", "token", "jaas")
 _UNITS = "milliseconds?|seconds?|minutes?|hours?|days?"
 _DURATION = re.compile(rf"\s*(\d+\s*({_UNITS})\s*)+", re.IGNORECASE)
 """What Spark's processing-time trigger parses: one or more '<number> <unit>' parts."""
+_LOG_RETENTION = re.compile(r"\s*(?P<n>\d+)\s*(?P<unit>minutes?|hours?|days?)\s*", re.IGNORECASE)
+"""A Delta log retention: one '<number> <unit>' that Delta's interval syntax also reads."""
+_MIN_LOG_RETENTION_S = 3600
+DELTA_CHECKPOINT_INTERVAL = 100
+"""delta.checkpointInterval of tidelake's tables (delta-rs's default): a stream checkpoints its
+table every 100 versions (delta/commit.py; measured in docs/benchmarks.md, issue 38)."""
+
+
+def _seconds(n: int, unit: str) -> int:
+    return n * {"m": 60, "h": 3600, "d": 86400}[unit[0].lower()]
 
 
 def kafka_client_config(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -137,6 +147,26 @@ class EngineSettings(BaseSettings):
         ),
     )
 
+    progress_log: Path | None = Field(
+        default=None,
+        description=(
+            "a local folder where each stream appends every micro-batch's progress (Spark's "
+            "progress JSON plus tidelake's write and commit times) to <query>.jsonl, rotated at "
+            "16 MB with 4 old files kept; unset: none"
+        ),
+    )
+
+    delta_log_retention: str = Field(
+        default="24 hours",
+        description=(
+            "how much of a table's history is kept (time travel, a backfill's commit against "
+            "the snapshot it read): '<number> <unit>', unit minutes, hours or days; set as "
+            "delta.logRetentionDuration (the log upkeep job deletes older entries) and "
+            "delta.deletedFileRetentionDuration (the tombstones every checkpoint carries) on "
+            "every table tidelake creates or streams into. Longer than the longest backfill"
+        ),
+    )
+
     @field_validator("lake", "checkpoints", mode="before")
     @classmethod
     def _a_storage_root(cls, value: object, info: ValidationInfo) -> object:
@@ -160,6 +190,34 @@ class EngineSettings(BaseSettings):
                 f"got {value!r}"
             )
         return value
+
+    @field_validator("delta_log_retention")
+    @classmethod
+    def _a_log_retention(cls, value: str) -> str:
+        match = _LOG_RETENTION.fullmatch(value)
+        if not match:
+            raise ValueError(
+                f"expected one '<number> <unit>' (minutes, hours or days) such as '24 hours', "
+                f"got {value!r}"
+            )
+        if _seconds(int(match["n"]), match["unit"]) < _MIN_LOG_RETENTION_S:
+            raise ValueError(
+                f"at least 1 hour (a backfill commits against the snapshot it read), got {value!r}"
+            )
+        return value
+
+    def delta_table_properties(self) -> dict[str, str]:
+        """The Delta table properties tidelake sets on the tables it creates or streams into:
+        the history it keeps, for the log and for the tombstones of removed files (a tombstone
+        older than the log protects no version a reader can still load)."""
+        match = _LOG_RETENTION.fullmatch(self.delta_log_retention)
+        assert match is not None  # validated
+        interval = f"interval {match['n']} {match['unit'].lower()}"
+        return {
+            "delta.logRetentionDuration": interval,
+            "delta.deletedFileRetentionDuration": interval,
+            "delta.checkpointInterval": str(DELTA_CHECKPOINT_INTERVAL),
+        }
 
     def require_usable_storage(self) -> None:
         """Refuse, before Spark starts, a lake or checkpoint root that is a file or cannot be

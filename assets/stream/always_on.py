@@ -179,8 +179,11 @@ class Observed:
     cursor: str | None = None
 
 
-Observe = Callable[[dg.SensorEvaluationContext, dict[str, str], Decision, float], Observed]
-"""(context, Kafka settings, the tick's decision, now) -> what to record."""
+Observe = Callable[
+    [dg.SensorEvaluationContext, dict[str, str], Decision, Sequence[RunView], float], Observed
+]
+"""(context, Kafka settings, the tick's decision, the runs it was made from, now) -> what to
+record."""
 
 
 def build_supervisor(
@@ -212,13 +215,15 @@ def build_supervisor(
         except ConfigError as exc:
             return dg.SensorResult(skip_reason=f"Kafka is not configured: {exc}")
         decision = decide(runs, now, policy)
-        observed = observe(context, conf, decision, now) if observe else Observed()
-        context.log.info(decision.reason)
+        observed = observe(context, conf, decision, runs, now) if observe else Observed()
         events = list(observed.events)
         if not decision.launch:
+            # the tick keeps the reason; a log line here would be a captured-log file per tick
+            # in the instance's storage, which nothing ever deletes
             return dg.SensorResult(
                 skip_reason=decision.reason, cursor=observed.cursor, asset_events=events
             )
+        context.log.info(decision.reason)
         request = dg.RunRequest(
             run_key=f"{tag}-{uuid.uuid4().hex[:12]}",
             # the reason names the failed run's error line (bounded by health.one_line)

@@ -2,10 +2,17 @@
 
 Measured from outside the stream (checkpoint files, one bounded Kafka probe, run history), so
 the supervisor sensor and an on-demand check execution agree, and neither needs Spark.
+
+What is recorded, and how often, is decided here too (HEALTH_HEARTBEAT_S, StreamHealth.state):
+Dagster keeps every observation and check evaluation for good (it has no event-log retention),
+so the supervisor records them when the state changes and at a heartbeat, not on every tick.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -39,6 +46,29 @@ FAILURES_READ = 3
 """Failed runs, newest first, whose error line is read each tick: the cost per tick stays bounded
 however long the crash loop."""
 ERROR_LINE_CHARS = 400
+FAILURE_TAIL_EVENTS = 25
+"""Newest events of a failed run read for its error line: its step failure and run failure are
+among the last few."""
+HEALTH_HEARTBEAT_S = 300.0
+"""Longest gap between two health records (the supervisor's observation and check evaluations,
+the stream run's progress observation) while nothing changes. A change of state is recorded on
+the tick it is seen. 300 s is the horizon of the supervisor's own verdicts (STALL_AFTER_S, a lost
+worker after 300 s of silence): the UI never shows a state older than the supervisor acts on,
+and Dagster stores 288 records a day instead of 4,320 (measured in docs/benchmarks.md)."""
+LAG_BANDS = (0.1, 0.5, 1.0, 10.0)
+"""Lag as a share of the flow's max_lag: crossing one of these is a change worth recording (the
+lag itself moves on every tick under load); 1.0 is where lag_below_threshold fails."""
+RESTARTS_WINDOW_S = 86_400.0
+_ALIVE_METADATA = {
+    "supervisor",
+    "consecutive_failures",
+    "restarts_24h",
+    "last_error",
+    "last_batch_time",
+    "seconds_since_last_batch",
+    "lag_total",
+}
+_LAG_METADATA = {"lag_total", "kafka_error"}
 
 
 @dataclass(frozen=True)
@@ -104,7 +134,7 @@ class StreamHealth:
     def metadata(self) -> dict[str, Any]:
         """Numeric values Dagster plots over time, plus the state in words."""
         out: dict[str, Any] = {
-            "restarts": dg.MetadataValue.int(self.restarts),
+            "restarts_24h": dg.MetadataValue.int(self.restarts),
             "consecutive_failures": dg.MetadataValue.int(self.decision.consecutive_failures),
             "supervisor": dg.MetadataValue.text(self.decision.reason),
         }
@@ -123,6 +153,38 @@ class StreamHealth:
                 round(self.seconds_since_commit() or 0.0, 1)
             )
         return out
+
+    def lag_band(self) -> int | None:
+        """Which LAG_BANDS the lag is in (0: below a tenth of max_lag), None if unknown."""
+        if self.lag is None:
+            return None
+        return sum(self.lag.total > share * self.flow.max_lag for share in LAG_BANDS)
+
+    def state(self) -> str:
+        """A digest of what a change of is worth recording at once: both checks' verdicts and
+        severities, the lag's band, Kafka's error, the live run and its state, the failures in a
+        row, the newest error and the restarts. Lag within a band, seconds since the last batch
+        and batch ids are left to the heartbeat."""
+        d = self.decision
+        run = d.active_run
+        alive, alive_severity, _ = self.alive()
+        lag_ok, lag_severity, _ = self.lag_ok()
+        facts = [
+            alive,
+            alive_severity.value,
+            lag_ok,
+            lag_severity.value,
+            self.lag_band(),
+            self.kafka_error,
+            run.run_id if run else None,
+            run.state.value if run else None,
+            d.launch,
+            d.consecutive_failures,
+            d.crash_loop,
+            d.last_error,
+            self.restarts,
+        ]
+        return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:16]
 
     def observation(self) -> dg.AssetObservation:
         return dg.AssetObservation(asset_key=table_key(self.flow), metadata=self.metadata())
@@ -143,10 +205,20 @@ class StreamHealth:
                 passed=passed,
                 severity=severity,
                 description=text,
-                metadata=self.metadata(),
+                metadata=self.check_metadata(name),
             )
             for name, (passed, severity, text) in self._checks().items()
         ]
+
+    def check_metadata(self, check_name: str) -> dict[str, Any]:
+        """What explains a check's verdict, from metadata(): the observation holds it all, and
+        each record of a check is stored twice more (the event log and the check's history)."""
+        wanted = _LAG_METADATA if check_name == LAG_BELOW_THRESHOLD else _ALIVE_METADATA
+        return {
+            key: value
+            for key, value in self.metadata().items()
+            if key in wanted or (check_name == LAG_BELOW_THRESHOLD and key.startswith("lag_"))
+        }
 
     def _checks(self) -> dict[str, tuple[bool, dg.AssetCheckSeverity, str]]:
         return {STREAM_ALIVE: self.alive(), LAG_BELOW_THRESHOLD: self.lag_ok()}
@@ -181,12 +253,16 @@ def run_failure(instance: dg.DagsterInstance, run_id: str) -> str | None:
     """The one line a failed run ended with: its step's dg.Failure description (step_failure()
     puts tidelake's own message there), else the step's error, else the run failure's message
     (a run failed from outside, e.g. a lost worker)."""
-    records = instance.get_records_for_run(
-        run_id,
-        of_type={dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE},
-        limit=4,
-    ).records
-    entries = [r.event_log_entry for r in records]
+    # the run's newest events, not a filter by type: a run has one or two failure events, so a
+    # `limit` on the filtered query is never met and the database reads the run's whole log
+    # (thousands of progress lines a day for a stream); the failure events end a run
+    tail = instance.get_records_for_run(run_id, limit=FAILURE_TAIL_EVENTS, ascending=False)
+    failure_types = {dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE}
+    entries = [
+        r.event_log_entry
+        for r in reversed(tail.records)  # oldest first, as the run logged them
+        if r.event_log_entry.dagster_event_type in failure_types
+    ]
     for entry in entries:
         event = entry.dagster_event
         if event is None or event.event_type is not dg.DagsterEventType.STEP_FAILURE:
@@ -211,9 +287,16 @@ def one_line(text: str, limit: int = ERROR_LINE_CHARS) -> str | None:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def stream_restarts(instance: dg.DagsterInstance, job_name: str) -> int:
-    """Runs of the stream job after its first one."""
-    return max(0, instance.get_runs_count(dg.RunsFilter(job_name=job_name)) - 1)
+def recent_restarts(runs: Sequence[RunView], now: float) -> int:
+    """Runs of the stream job created in the last RESTARTS_WINDOW_S, except the job's first
+    run, among the RECENT_RUNS newest ones the supervisor reads anyway (recent_runs): the cost
+    of a tick stays the same however many runs the job has had. At most RECENT_RUNS; the
+    back-off (at most one run per backoff_cap_s while crash-looping) keeps a day's restarts
+    near that only in a crash loop, which stream_alive reports."""
+    since = now - RESTARTS_WINDOW_S
+    recent = [r for r in runs if r.created_at >= since]
+    first_run_included = len(runs) < RECENT_RUNS and bool(recent) and runs[-1] is recent[-1]
+    return len(recent) - first_run_included
 
 
 def measure_health(

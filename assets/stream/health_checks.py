@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import dagster as dg
 
 from tidelake.assets.resources import KafkaResource
-from tidelake.assets.stream.health import measure_health, recent_runs, stream_restarts
+from tidelake.assets.stream.health import measure_health, recent_restarts, recent_runs
 from tidelake.assets.stream.job import stream_job_name
 from tidelake.assets.stream.supervisor_decision import SupervisorPolicy, decide
 from tidelake.assets.tables.asset_specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
@@ -47,8 +47,9 @@ def build_stream_checks(
         job = stream_job_name(flow)
         instance = context.instance
         now = time.time()
-        decision = decide(recent_runs(instance, job), now, policy)
-        restarts = stream_restarts(instance, job)
+        runs = recent_runs(instance, job)
+        decision = decide(runs, now, policy)
+        restarts = recent_restarts(runs, now)
         health = measure_health(flow, checkpoint, kafka.client_config(), decision, restarts, now)
         yield from health.check_results()
 

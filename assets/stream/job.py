@@ -1,11 +1,14 @@
 """A flow's always-on stream as a Dagster job (made by always_on), and its progress reports:
 the run's log and observations of the table asset."""
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import dagster as dg
 from pyspark.sql.streaming import StreamingQuery
 
+from tidelake.assets.stream import health
 from tidelake.assets.stream.always_on import AlwaysOn, build_always_on_job
 from tidelake.assets.tables.keys import table_key, topic_key
 from tidelake.streaming.flow.spec import FlowSpec
@@ -72,8 +75,10 @@ def build_stream_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefiniti
 
 
 class ProgressReporter:
-    """Logs the query's progress and records it as an observation of the table asset, and the
-    writer schemas the stream has read as an observation of the topic asset."""
+    """Logs the query's progress at every report (the run's heartbeat: always_on's
+    STALE_RUN_AFTER_S), records it as an observation of the table asset at most every
+    HEALTH_HEARTBEAT_S (Dagster keeps every observation for good), and the writer schemas the
+    stream has read as an observation of the topic asset when they change."""
 
     def __init__(
         self,
@@ -81,13 +86,16 @@ class ProgressReporter:
         flow: FlowSpec,
         kafka_conf: dict[str, str],
         schemas: WriterSchemas,
+        clock: Callable[[], float] = time.monotonic,
     ):
+        self._clock = clock
         self._context = context
         self._flow = flow
         self._kafka_conf = kafka_conf
         self._schemas = schemas
         self._reported_schemas: dict[int, str] = {}
         self._reported_batch = -1
+        self._observed_at: float | None = None
         self.rows_dropped_by_watermark = 0
 
     def __call__(self, query: StreamingQuery, progress: dict[str, Any] | None) -> None:
@@ -122,9 +130,12 @@ class ProgressReporter:
             )
         self.rows_dropped_by_watermark += dropped
         metadata["rows_dropped_by_watermark"] = dg.MetadataValue.int(self.rows_dropped_by_watermark)
-        self._context.log_event(
-            dg.AssetObservation(asset_key=table_key(self._flow), metadata=metadata)
-        )
+        now = self._clock()
+        if self._observed_at is None or now - self._observed_at >= health.HEALTH_HEARTBEAT_S:
+            self._observed_at = now
+            self._context.log_event(
+                dg.AssetObservation(asset_key=table_key(self._flow), metadata=metadata)
+            )
         self._report_schemas()
 
     def _report_schemas(self) -> None:

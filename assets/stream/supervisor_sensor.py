@@ -1,23 +1,31 @@
 """The supervisor sensor of each flow's stream (made by always_on.build_supervisor).
 
 Every tick it (1) keeps exactly one run of the stream job alive, restarting crashed runs with a
-capped exponential back-off, (2) records the stream's health (lag per partition, last batch,
-restarts) as an observation of the table asset plus the stream_alive and lag_below_threshold
-checks, and (3) marks date partitions of the table materialized once the stream has closed them
-on its own clock: every partition's committed position has passed a record stamped after the
-date closed (status.closed_dates). It touches Kafka only through probes bounded by a few seconds,
-far below the sensor tick's timeout, and never starts Spark.
+capped exponential back-off, (2) measures the stream's health (lag per partition, last batch,
+restarts) and records it as an observation of the table asset plus the stream_alive and
+lag_below_threshold checks when it has changed (StreamHealth.state) or HEALTH_HEARTBEAT_S after
+the last record, and (3) marks date partitions of the table materialized once the stream has
+closed them on its own clock: every partition's committed position has passed a record stamped
+after the date closed (status.closed_dates). It touches Kafka only through probes bounded by a few
+seconds, far below the sensor tick's timeout, and never starts Spark; it reads the table's log
+only once a date may have closed.
 """
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import dagster as dg
 
+from tidelake.assets.stream import health as stream_health
 from tidelake.assets.stream.always_on import Observed, SupervisorEvent, build_supervisor
-from tidelake.assets.stream.health import KAFKA_PROBE_TIMEOUT_S, measure_health, stream_restarts
-from tidelake.assets.stream.supervisor_decision import Decision, SupervisorPolicy
+from tidelake.assets.stream.health import (
+    KAFKA_PROBE_TIMEOUT_S,
+    measure_health,
+    recent_restarts,
+)
+from tidelake.assets.stream.supervisor_decision import Decision, RunView, SupervisorPolicy
 from tidelake.assets.tables.keys import table_key
 from tidelake.streaming.delta.progress import table_progress
 from tidelake.streaming.flow.spec import FlowSpec
@@ -28,9 +36,18 @@ from tidelake.streaming.stream.status import closed_dates
 
 @dataclass
 class SupervisorCursor:
-    """What the sensor remembers between ticks: the newest date partition already announced."""
+    """What the sensor remembers between ticks: the newest date partition already announced,
+    and the health last recorded (its StreamHealth.state and when)."""
 
     closed_through: str | None = None
+    health: str | None = None
+    health_at: float | None = None
+
+    def health_due(self, state: str, now: float) -> bool:
+        """Record the health now: it changed, or the heartbeat is due."""
+        if state != self.health or self.health_at is None:
+            return True
+        return now - self.health_at >= stream_health.HEALTH_HEARTBEAT_S
 
     @classmethod
     def parse(cls, text: str | None) -> "SupervisorCursor":
@@ -58,14 +75,20 @@ def build_supervisor_sensor(
         context: dg.SensorEvaluationContext,
         conf: dict[str, str],
         decision: Decision,
+        runs: Sequence[RunView],
         now: float,
     ) -> Observed:
-        restarts = stream_restarts(context.instance, job.name)
-        health = measure_health(flow, checkpoint, conf, decision, restarts, now)
+        health = measure_health(flow, checkpoint, conf, decision, recent_restarts(runs, now), now)
         cursor = SupervisorCursor.parse(context.cursor)
-        events: list[SupervisorEvent] = [health.observation(), *health.check_evaluations()]
+        events: list[SupervisorEvent] = []
+        state = health.state()
+        if cursor.health_due(state, now):
+            events += [health.observation(), *health.check_evaluations()]
+            cursor.health, cursor.health_at = state, now
         if health.committed is not None and health.kafka_error is None:
-            events += _close_partitions(flow, table_uri, cursor, conf, health.committed.offsets)
+            events += _close_partitions(
+                flow, table_uri, cursor, conf, health.committed.offsets, now
+            )
         return Observed(events, cursor.dump())
 
     return build_supervisor(
@@ -85,8 +108,13 @@ def _close_partitions(
     cursor: SupervisorCursor,
     kafka_conf: dict[str, str],
     position: dict[int, int],
+    now: float,
 ) -> list[dg.AssetMaterialization]:
     """Materializations for every date the stream has closed for good since the cursor's."""
+    if cursor.closed_through:
+        following = date.fromisoformat(cursor.closed_through) + timedelta(days=1)
+        if flow.closes_at(following) > datetime.fromtimestamp(now, UTC):
+            return []  # no date can have closed: the table's log is not read
     progress = table_progress(table_uri, flow)
     if progress is None or not progress.rows_by_date:
         return []

@@ -1,6 +1,7 @@
-"""Table upkeep as Dagster objects: a daily-partitioned compaction asset per flow, and a vacuum
-job on a schedule. Both hold the table's pool slot, so they never overlap with each other or
-with a backfill of the same table."""
+"""Table upkeep as Dagster objects: a daily-partitioned compaction asset per flow, a vacuum job
+on a schedule, and the Delta log's upkeep on an hourly one. Compaction and vacuum hold the
+table's pool slot, so they never overlap with each other or with a backfill of the same table;
+the log upkeep commits nothing and needs none."""
 
 import dagster as dg
 from deltalake.exceptions import TableNotFoundError
@@ -13,6 +14,7 @@ from tidelake.streaming.delta.maintenance import (
     DEFAULT_TARGET_FILE_BYTES,
     MIN_VACUUM_RETENTION_HOURS,
     compact_partition,
+    upkeep_log,
     vacuum_table,
 )
 from tidelake.streaming.flow.spec import FlowSpec
@@ -120,4 +122,71 @@ def build_vacuum_schedule(flow: FlowSpec, job: dg.JobDefinition) -> dg.ScheduleD
         execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.RUNNING,
         description="Daily vacuum at 03:30 UTC with the default 7-day retention.",
+    )
+
+
+LOG_UPKEEP_CRON = "7 * * * *"
+"""Hourly: the stream's commits delete no expired log entry (the cleanup lists the whole log), so
+the log holds the retention plus at most about an hour of commits (docs/benchmarks.md, issue
+38)."""
+
+
+def build_log_upkeep_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefinition:
+    tables = {
+        table_key(flow): settings.table_uri(flow.table),
+        quarantine_key(flow): settings.table_uri(flow.quarantine_table),
+    }
+
+    @dg.op(name=f"log_upkeep_{flow.name}")
+    def log_upkeep(context: dg.OpExecutionContext) -> None:
+        for key, uri in tables.items():
+            try:
+                result = upkeep_log(uri)
+            except TableNotFoundError:
+                context.log.info(f"{uri}: no table yet")
+                continue
+            context.log.info(
+                f"{uri}: checkpoint at version {result.table_version} in "
+                f"{result.checkpoint_seconds:.1f}s; log files {result.entries_before} -> "
+                f"{result.entries_after} in {result.cleanup_seconds:.1f}s"
+                + (
+                    f"; table properties set: {result.properties_set}"
+                    if result.properties_set
+                    else ""
+                )
+            )
+            context.log_event(
+                dg.AssetObservation(
+                    asset_key=key,
+                    metadata={
+                        "delta_log_files": result.entries_after,
+                        "delta_log_files_removed": result.entries_before - result.entries_after,
+                        "checkpoint_seconds": round(result.checkpoint_seconds, 2),
+                        "log_cleanup_seconds": round(result.cleanup_seconds, 2),
+                        "table_version": result.table_version,
+                    },
+                )
+            )
+
+    @dg.job(
+        name=f"{flow.name}_log_upkeep",
+        description=f"Checkpoints the Delta logs of {flow.table} and its quarantine and deletes "
+        "their entries older than the log retention (TIDELAKE_DELTA_LOG_RETENTION): what the "
+        "stream's commits leave out so that their cost does not grow with the table's age.",
+    )
+    def log_upkeep_job() -> None:
+        log_upkeep()
+
+    return log_upkeep_job
+
+
+def build_log_upkeep_schedule(flow: FlowSpec, job: dg.JobDefinition) -> dg.ScheduleDefinition:
+    return dg.ScheduleDefinition(
+        name=f"{flow.name}_log_upkeep_hourly",
+        job=job,
+        cron_schedule=LOG_UPKEEP_CRON,
+        execution_timezone="UTC",
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Hourly Delta log upkeep: a checkpoint, then entries older than the log "
+        "retention deleted.",
     )

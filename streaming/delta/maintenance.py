@@ -1,5 +1,12 @@
 """Maintenance of a flow's Delta tables with delta-rs: compaction of a date, vacuum, log upkeep.
 
+The log upkeep (`upkeep_log`) is what a stream's commits leave out (delta/commit.py): it
+deletes log entries older than the table's `delta.logRetentionDuration`
+(`TIDELAKE_DELTA_LOG_RETENTION`) that an older checkpoint makes unnecessary, after writing a
+checkpoint (a table no stream writes gets one there). It commits
+nothing (it may set tidelake's table properties once on a table that lacks them), so it runs
+alongside the stream, a backfill or a compaction, and needs no pool slot.
+
 Compaction commits alongside the stream's appends (delta-rs checks conflicts and keeps the
 stream's application transactions). It must never run twice at once on one table: deltalake
 1.6.3 rejects the second commit, but later releases were seen to commit both and duplicate rows,
@@ -13,8 +20,10 @@ from dataclasses import dataclass
 
 from deltalake import DeltaTable, WriterProperties
 
+from tidelake.streaming.delta.commit import apply_table_properties
 from tidelake.streaming.delta.progress import snapshot_progress
 from tidelake.streaming.delta.tables import open_table
+from tidelake.streaming.storage.location import Location
 
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
 MIN_VACUUM_RETENTION_HOURS = 168
@@ -90,3 +99,38 @@ def vacuum_table(table_uri: str, retention_hours: int = MIN_VACUUM_RETENTION_HOU
     table.create_checkpoint()
     table.cleanup_metadata()
     return VacuumResult(table_uri, len(removed), retention_hours, table.version())
+
+
+@dataclass(frozen=True)
+class LogUpkeepResult:
+    table_uri: str
+    table_version: int
+    entries_before: int
+    """files in `_delta_log` before the upkeep: commits, checkpoints and their companions"""
+    entries_after: int
+    properties_set: dict[str, str]
+    checkpoint_seconds: float
+    cleanup_seconds: float
+
+
+def upkeep_log(table_uri: str) -> LogUpkeepResult:
+    """Checkpoint the table's log at its latest version, then delete the log entries older than
+    its log retention that the newest checkpoint before the cut-off makes unnecessary."""
+    log_folder = Location(table_uri) / "_delta_log"
+    table = open_table(table_uri, without_files=True)  # the checkpoint streams the log
+    properties = apply_table_properties(table)
+    before = len(log_folder.names())
+    started = time.monotonic()
+    table.create_checkpoint()
+    checkpointed = time.monotonic()
+    table.cleanup_metadata()
+    cleaned = time.monotonic()
+    return LogUpkeepResult(
+        table_uri,
+        table.version(),
+        before,
+        len(log_folder.names()),
+        properties,
+        checkpointed - started,
+        cleaned - checkpointed,
+    )

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -101,6 +103,13 @@ class MicroBatchWriter:
     it in its own traceback): NewWriterSchemasError asks for the query to be started again."""
     _app_id: str | None = field(default=None, init=False)
     _shapes: _BatchShapes | None = field(default=None, init=False)
+    _times: OrderedDict[int, dict[str, float]] = field(default_factory=OrderedDict, init=False)
+
+    def batch_times(self, batch_id: int) -> dict[str, float] | None:
+        """Milliseconds a recent batch spent in its parts (stream/progress_log.py reports them):
+        write_ms (Spark writing the data files), quarantine_commit_ms, commit_ms (the table's
+        Delta commit)."""
+        return self._times.get(batch_id)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:
@@ -123,6 +132,8 @@ class MicroBatchWriter:
         observed = batch.observe(
             refused, F.collect_list(shapes.refused_struct), F.collect_set(SCHEMA_ID_COLUMN)
         )
+        times = self._batch_timer(batch_id)
+        started = time.perf_counter()
         files = write_data_files(
             good_rows(observed, self.flow),
             self.table_uri,
@@ -130,6 +141,7 @@ class MicroBatchWriter:
             f"batch-{batch_id}",
         )
         refused_rows, schema_ids = refused.get.values()
+        times["write_ms"] = _ms_since(started)
         learned = self.schemas.learn(schema_ids)
         if learned:
             raise NewWriterSchemasError(
@@ -138,6 +150,7 @@ class MicroBatchWriter:
             )
         # quarantine first: once the main table records a batch, all of it is written
         if refused_rows and not _holds(self.quarantine_uri, txn, batch_id):
+            started = time.perf_counter()
             schema = shapes.quarantine_schema
             commit_files(
                 self.quarantine_uri,
@@ -152,6 +165,8 @@ class MicroBatchWriter:
                 app_id=txn,
                 version=batch_id,
             )
+            times["quarantine_commit_ms"] = _ms_since(started)
+        started = time.perf_counter()
         commit_files(
             self.table_uri,
             files,
@@ -160,6 +175,14 @@ class MicroBatchWriter:
             app_id=txn,
             version=batch_id,
         )
+        times["commit_ms"] = _ms_since(started)
+
+    def _batch_timer(self, batch_id: int) -> dict[str, float]:
+        """A new batch's timings, keeping the last _TIMED_BATCHES."""
+        times = self._times[batch_id] = {}
+        while len(self._times) > _TIMED_BATCHES:
+            self._times.popitem(last=False)
+        return times
 
     def app_id(self) -> str:
         """From the checkpoint's metadata, which Spark writes before the first batch."""
@@ -190,6 +213,13 @@ class _BatchShapes:
 class NewWriterSchemasError(TidelakeError, RuntimeError):
     """A micro-batch named writer schemas its query's decoder did not know; it was abandoned
     before any commit, and the query is started again with their verdicts."""
+
+
+_TIMED_BATCHES = 256
+
+
+def _ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 1)
 
 
 def _holds(uri: str, txn_app_id: str, txn_version: int) -> bool:

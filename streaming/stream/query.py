@@ -24,6 +24,7 @@ from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.acls import READS
 from tidelake.streaming.kafka.admin import ensure_topic, require_access, require_topic
+from tidelake.streaming.kafka.offsets import KafkaSourceError
 from tidelake.streaming.kafka.read import (
     explain_query_failure,
     stream_records,
@@ -43,8 +44,12 @@ from tidelake.streaming.stream.guard import (
     check_checkpoint_readable,
     check_table_files_exist,
 )
+from tidelake.streaming.stream.progress_log import ProgressLog
+from tidelake.streaming.stream.status import committed_batch, kafka_ends, stream_lag
 
 log = logging.getLogger(__name__)
+
+_PROBE_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -59,6 +64,7 @@ class FlowStream:
     schemas: WriterSchemas = field(init=False)
     _writer: MicroBatchWriter | None = field(default=None, init=False)
     _first_batch_done: bool = field(default=False, init=False)
+    _progress_log: ProgressLog | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.schemas = WriterSchemas.from_env(self.flow)
@@ -137,7 +143,10 @@ class FlowStream:
         """
         if not self._first_batch_done:
             self._first_batch_done = True
-            if self.settings.first_batch_offsets < self.settings.max_offsets_per_trigger:
+            if (
+                self.settings.first_batch_offsets < self.settings.max_offsets_per_trigger
+                and self._records_waiting()
+            ):
                 first = self._start(spark, self.settings.first_batch_offsets, "first batch")
                 with contextlib.suppress(StreamingQueryException):  # returned, not raised
                     while first.isActive and first.lastProgress is None:
@@ -150,6 +159,17 @@ class FlowStream:
         return self._start(
             spark, self.settings.max_offsets_per_trigger, "available now" if available_now else ""
         )
+
+    def _records_waiting(self) -> bool:
+        """Whether Kafka holds records past the checkpoint: the first-batch query triggers once
+        a day, so on a topic with nothing to read it would wait that long for its batch."""
+        try:
+            ends = kafka_ends(dict(self.kafka_conf), self.flow.topic, _PROBE_TIMEOUT_S)
+        except KafkaSourceError as exc:
+            log.warning("%s: no small first batch (Kafka's ends unknown: %s)", self.query_name, exc)
+            return False
+        done = committed_batch(self.checkpoint, self.flow.topic)
+        return stream_lag(ends, done.offsets if done else {}).total > 0
 
     def _start(self, spark: SparkSession, max_offsets: int, trigger: str) -> StreamingQuery:
         """The query with at most max_offsets records a batch; trigger "first batch" runs one
@@ -188,7 +208,16 @@ class FlowStream:
             writer = writer.trigger(processingTime="1 day")
         else:
             writer = writer.trigger(processingTime=self.settings.trigger_interval)
-        return writer.start()
+        query = writer.start()
+        if self.settings.progress_log is not None:
+            self._progress_log = self._progress_log or ProgressLog(
+                self.settings.progress_log, self.query_name, self._batch_times
+            )
+            self._progress_log.follow(query)
+        return query
+
+    def _batch_times(self, batch_id: int) -> Mapping[str, float] | None:
+        return None if self._writer is None else self._writer.batch_times(batch_id)
 
 
 ProgressHandler = Callable[[StreamingQuery, dict[str, Any] | None], None]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -156,6 +157,29 @@ def test_vacuum_job_observes_what_it_removed(setup: Any) -> None:
     }
     assert all("vacuum_removed_files" in o.metadata for o in observed)
     assert read_delta(stream.table_uri).num_rows == report.good
+
+
+def test_log_upkeep_job_checkpoints_and_observes_the_log(setup: Any) -> None:
+    flow, report, stream, defs = setup
+    job = defs.resolve_job_def(f"{flow.name}_log_upkeep")
+    assert job.graph.node_defs[0].pool is None  # it commits nothing: no table slot
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance)
+    assert result.success
+    observed = {
+        e.event_specific_data.asset_observation.asset_key: e.event_specific_data.asset_observation
+        for e in result.all_events
+        if e.event_type_value == "ASSET_OBSERVATION"
+    }
+    assert set(observed) == {table_key(flow), dg.AssetKey(["lake", flow.quarantine_table])}
+    table = observed[table_key(flow)].metadata
+    assert table["delta_log_files"].value > 0
+    assert f"{table['table_version'].value:020d}.checkpoint.parquet" in os.listdir(
+        f"{stream.table_uri}/_delta_log"
+    )
+    assert read_delta(stream.table_uri).num_rows == report.good
+    schedule = defs.resolve_schedule_def(f"{flow.name}_log_upkeep_hourly")
+    assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
 
 
 def test_compaction_runs_automatically_and_maintenance_shares_a_pool(setup: Any) -> None:

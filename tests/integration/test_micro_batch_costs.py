@@ -3,14 +3,17 @@ process forked per file that Spark writes on the local disk (docs/benchmarks.md,
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from lake_readers import rows_added_by_version
+from lake_readers import read_delta, rows_added_by_version
 from live_stream import produce_and_stream, running_stream
 
 from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.streaming.stream.query import FlowStream, await_query
 
 
 def _generated_code(query: Any, spark: Any) -> str:
@@ -58,6 +61,30 @@ def test_a_started_stream_commits_a_small_first_batch_then_full_ones(
     assert sizes[0] <= 200 < sizes[1] <= 1000, sizes
 
 
+def test_a_stream_started_on_an_empty_topic_commits_what_arrives_later(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
+) -> None:
+    # the small first batch runs as a query triggered once a day: started on a topic with
+    # nothing to read, it waited that long for its batch (found by bench/soak.py)
+    stream = FlowStream(flow, engine_settings, kafka_conf)
+    stream.preflight()
+    query = stream.start(spark)
+    stop = threading.Event()
+    runner = threading.Thread(target=await_query, args=(query, stop), daemon=True)
+    runner.start()
+    try:
+        report = produce_demo_events(flow, kafka_conf, count=50, seed=5, progress=False)
+        deadline = time.monotonic() + 120
+        rows = 0
+        while rows < report.good and time.monotonic() < deadline:
+            time.sleep(0.5)
+            rows = read_delta(stream.table_uri).num_rows
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+    assert rows == report.good
+
+
 def test_writing_checkpoint_files_forks_no_process(spark: Any, tmp_path: Path) -> None:
     # without Hadoop's native library, its local filesystem forked chmod for every file it
     # created and readlink for every rename (dev.tidelake.hadoop.NioRawLocalFileSystem)
@@ -84,3 +111,30 @@ def _forks() -> int:
         if line.startswith("processes "):
             return int(line.split()[1])
     raise AssertionError("no processes line in /proc/stat")
+
+
+def test_every_micro_batch_is_one_line_of_the_progress_log(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any, tmp_path: Path
+) -> None:
+    settings = engine_settings.model_copy(
+        update={
+            "first_batch_offsets": 100,
+            "max_offsets_per_trigger": 300,
+            "progress_log": tmp_path,
+        }
+    )
+    run = produce_and_stream(spark, flow, settings, kafka_conf, count=900, seed=4)
+    log_file = tmp_path / f"{run.stream.query_name}.jsonl"
+    wait_for_lines = time.monotonic() + 10  # the follower writes the last batch as it ends
+    lines: list[dict[str, Any]] = []
+    while time.monotonic() < wait_for_lines:
+        lines = [json.loads(line) for line in log_file.read_text().splitlines()]
+        if sum(line["numInputRows"] for line in lines) >= 900:
+            break
+        time.sleep(0.2)
+    batches = [line["batchId"] for line in lines]
+    assert batches == sorted(set(batches)) and len(batches) >= 4, batches
+    assert sum(line["numInputRows"] for line in lines) == 900
+    assert all(line["tidelake"]["commit_ms"] > 0 for line in lines)
+    assert all(line["tidelake"]["write_ms"] > 0 for line in lines)
+    assert all("allRemovalsTimeMs" in line["stateOperators"][0] for line in lines)

@@ -9,11 +9,14 @@ secured broker) so that its own error line is what the supervisor reads.
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -31,6 +34,7 @@ from tidelake.assets.definitions import build_definitions
 from tidelake.assets.resources import KafkaResource
 from tidelake.assets.stream import always_on
 from tidelake.assets.stream.always_on import STREAM_TAG
+from tidelake.assets.stream.health import HEALTH_HEARTBEAT_S
 from tidelake.assets.stream.supervisor_decision import SupervisorPolicy
 from tidelake.assets.tables.asset_specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
 from tidelake.assets.tables.keys import table_key
@@ -42,6 +46,7 @@ from tidelake.streaming.settings import kafka_client_env
 from tidelake.streaming.stream.status import committed_batch
 
 POLICY = SupervisorPolicy(backoff_base_s=30, backoff_cap_s=600, healthy_after_s=300)
+REPO = Path(__file__).resolve().parents[2]
 
 
 # ---- the pure decision -------------------------------------------------------------------------
@@ -105,6 +110,10 @@ def evaluate(
 
 def checks(result: dg.SensorResult) -> dict[str, dg.AssetCheckEvaluation]:
     return {e.check_name: e for e in result.asset_events if isinstance(e, dg.AssetCheckEvaluation)}
+
+
+def observations(result: dg.SensorResult) -> list[dg.AssetObservation]:
+    return [e for e in result.asset_events if isinstance(e, dg.AssetObservation)]
 
 
 def add_runs(instance: dg.DagsterInstance, *statuses: dg.DagsterRunStatus) -> list[str]:
@@ -181,7 +190,7 @@ def test_crash_loop_backs_off_and_turns_the_alive_check_red(
     assert "crash loop" in (alive.description or "")
     (observation,) = [e for e in result.asset_events if isinstance(e, dg.AssetObservation)]
     assert observation.metadata["consecutive_failures"].value == 3
-    assert observation.metadata["restarts"].value == 2
+    assert observation.metadata["restarts_24h"].value == 2
 
 
 def test_lag_above_threshold_fails_the_lag_check(
@@ -221,6 +230,111 @@ def test_stale_started_run_is_failed_and_replaced(
         reason = request.tags["tidelake/supervisor_reason"]
         assert reason.startswith(f"run {run_id} ended FAILURE: stream run silent for ")
         assert reason.endswith("s: its worker is lost; restarting")
+
+
+# ---- what the sensor records, and how often (issue 38) ----------------------------------------
+
+
+def test_unchanged_health_is_recorded_again_only_at_the_heartbeat(
+    make_instance: Any, defs: Any, kafka_conf: Any
+) -> None:
+    with make_instance() as instance:
+        add_runs(instance, dg.DagsterRunStatus.STARTED)
+        first = evaluate(defs, instance, kafka_conf)
+        assert len(observations(first)) == 1 and set(checks(first)) == {
+            STREAM_ALIVE,
+            LAG_BELOW_THRESHOLD,
+        }
+        same = evaluate(defs, instance, kafka_conf, first.cursor)
+        assert same.asset_events == []  # nothing changed: nothing stored
+        assert same.skip_reason is not None and "is STARTED" in same.skip_reason.skip_message
+        cursor = json.loads(same.cursor or "{}")
+        cursor["health_at"] -= HEALTH_HEARTBEAT_S  # the heartbeat is due
+        beat = evaluate(defs, instance, kafka_conf, json.dumps(cursor))
+        assert len(observations(beat)) == 1 and set(checks(beat)) == {
+            STREAM_ALIVE,
+            LAG_BELOW_THRESHOLD,
+        }
+        after_beat = evaluate(defs, instance, kafka_conf, beat.cursor)
+    assert after_beat.asset_events == []
+
+
+def test_a_changed_verdict_is_recorded_on_the_tick_it_is_seen(
+    make_instance: Any, defs: Any, kafka_conf: Any
+) -> None:
+    with make_instance() as instance:
+        (run_id,) = add_runs(instance, dg.DagsterRunStatus.STARTED)
+        first = evaluate(defs, instance, kafka_conf)
+        assert checks(first)[STREAM_ALIVE].passed
+        run = instance.get_run_by_id(run_id)
+        assert run is not None
+        instance.report_run_failed(run, message="the worker died")
+        changed = evaluate(defs, instance, kafka_conf, first.cursor)
+    assert len(changed.run_requests or []) == 1
+    alive = checks(changed)[STREAM_ALIVE]
+    assert not alive.passed and alive.severity == dg.AssetCheckSeverity.ERROR
+    (observation,) = observations(changed)
+    assert observation.metadata["consecutive_failures"].value == 1
+
+
+def test_lag_is_recorded_when_it_crosses_a_band_not_when_it_moves_within_one(
+    make_instance: Any, defs: Any, flow: Any, kafka_conf: dict[str, Any]
+) -> None:
+    from tidelake.platform.dev.produce import produce_demo_events
+
+    with make_instance() as instance:
+        add_runs(instance, dg.DagsterRunStatus.STARTED)
+        first = evaluate(defs, instance, kafka_conf)  # empty topic: lag 0
+        produce_demo_events(flow, kafka_conf, count=1, malformed_share=0, progress=False)
+        within = evaluate(defs, instance, kafka_conf, first.cursor)  # 1 of max_lag 10
+        assert within.asset_events == []
+        produce_demo_events(flow, kafka_conf, count=40, malformed_share=0, progress=False)
+        crossed = evaluate(defs, instance, kafka_conf, within.cursor)
+    lag = checks(crossed)[LAG_BELOW_THRESHOLD]
+    assert not lag.passed and "41 records behind" in (lag.description or "")
+    (observation,) = observations(crossed)
+    assert observation.metadata["lag_total"].value == 41
+
+
+def test_the_runs_progress_is_logged_each_report_and_observed_at_the_heartbeat(
+    flow: Any, kafka_conf: dict[str, Any]
+) -> None:
+    from tidelake.assets.stream.job import ProgressReporter
+    from tidelake.streaming.schemas.writer_schemas import WriterSchemas
+
+    class Query:
+        name = flow.name
+        recentProgress: list[dict[str, Any]] = []  # Spark's name
+
+    now = [0.0]
+    progress = {"batchId": 1, "numInputRows": 10, "durationMs": {"triggerExecution": 5}}
+
+    @dg.op
+    def report(context) -> None:  # type: ignore[no-untyped-def]  # dagster reads the hint
+        schemas = WriterSchemas(flow, None)
+        reporter = ProgressReporter(context, flow, kafka_conf, schemas, clock=lambda: now[0])
+        for at in (0.0, 30.0, HEALTH_HEARTBEAT_S - 1, HEALTH_HEARTBEAT_S, HEALTH_HEARTBEAT_S + 30):
+            now[0] = at
+            reporter(Query(), progress)  # type: ignore[arg-type]
+
+    context = dg.build_op_context()
+    report(context)
+    observed = [e for e in context.get_events() if isinstance(e, dg.AssetObservation)]
+    assert len(observed) == 2  # at 0 s and at the heartbeat
+    assert observed[0].metadata["batch_rows"].value == 10
+
+
+def test_the_dev_instance_settings_keep_sensor_ticks_as_documented(tmp_path: Path) -> None:
+    """platform/dev/dagster.yaml, loaded by a real instance: SKIPPED ticks for a day, SUCCESS
+    and FAILURE for 30 days (Dagster's defaults: 7 days, forever, forever)."""
+    from dagster._core.scheduler.instigation import InstigatorType, TickStatus
+
+    shutil.copy(REPO / "platform/dev/dagster.yaml", tmp_path / "dagster.yaml")
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        kept = instance.get_tick_retention_settings(InstigatorType.SENSOR)
+    assert kept[TickStatus.SKIPPED] == 1
+    assert kept[TickStatus.SUCCESS] == 30
+    assert kept[TickStatus.FAILURE] == 30
 
 
 def _closed(result: dg.SensorResult) -> dict[str, int]:

@@ -1,0 +1,136 @@
+"""The Delta log over a stream's age (issue 38): tidelake's tables carry the log retention that
+TIDELAKE_DELTA_LOG_RETENTION sets, the stream's commits leave the log's upkeep alone, and the
+upkeep (maintenance) checkpoints the log and cuts what is older than the retention. Real delta-rs
+tables on local disk; the commit path's cost is a benchmark (bench/delta_log_age.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from tidelake.streaming.delta.commit import commit_files, table_transaction
+from tidelake.streaming.delta.files import write_arrow_files
+from tidelake.streaming.delta.maintenance import upkeep_log
+from tidelake.streaming.delta.tables import open_table
+from tidelake.streaming.errors import ConfigError
+from tidelake.streaming.settings import load_engine_settings
+
+SCHEMA = pa.schema([("n", pa.int64()), ("date", pa.date32())])
+DAY = dt.date(2026, 11, 26)
+RETENTION = "delta.logRetentionDuration"
+
+
+def commit_batch(uri: str, batch: int) -> None:
+    rows = pa.table({"n": [batch], "date": [DAY]}, schema=SCHEMA)
+    files = write_arrow_files(rows, uri, "date", f"batch-{batch}")
+    commit_files(uri, files, schema=SCHEMA, partition_by=["date"], app_id="app", version=batch)
+
+
+def log_names(uri: str) -> set[str]:
+    return set(os.listdir(Path(uri) / "_delta_log"))
+
+
+def age_log(uri: str, hours: float) -> None:
+    """Make every log file look written `hours` ago, as the cleanup judges age."""
+    then = time.time() - hours * 3600
+    for name in log_names(uri):
+        os.utime(Path(uri) / "_delta_log" / name, (then, then))
+
+
+def test_a_table_the_stream_creates_carries_the_log_retention(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TIDELAKE_DELTA_LOG_RETENTION", "36 hours")
+    uri = str(tmp_path / "events")
+    commit_batch(uri, 1)
+    assert open_table(uri).metadata().configuration[RETENTION] == "interval 36 hours"
+
+
+def test_a_table_without_it_gets_it_when_the_stream_opens_it(tmp_path: Path) -> None:
+    uri = str(tmp_path / "events")
+    write_deltalake(uri, pa.table({"n": [0], "date": [DAY]}, schema=SCHEMA), partition_by=["date"])
+    assert RETENTION not in open_table(uri).metadata().configuration
+    commit_batch(uri, 1)
+    assert open_table(uri).metadata().configuration[RETENTION] == "interval 24 hours"
+    assert sorted(open_table(uri).to_pyarrow_table()["n"].to_pylist()) == [0, 1]
+
+
+def test_stream_commits_leave_expired_entries_and_the_upkeep_cuts_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TIDELAKE_DELTA_LOG_RETENTION", "1 hour")
+    uri = str(tmp_path / "events")
+    for batch in range(1, 5):
+        commit_batch(uri, batch)
+    open_table(uri).create_checkpoint()  # version 4: what an earlier upkeep left
+    age_log(uri, hours=2)  # everything so far is past the retention
+    old_commits = {f"{v:020d}.json" for v in range(4)}
+    assert old_commits <= log_names(uri)
+
+    for batch in range(5, 8):  # the stream commits on: its commits delete nothing
+        commit_batch(uri, batch)
+    assert old_commits <= log_names(uri)
+    assert not any(n.startswith(f"{v:020d}.checkpoint") for v in (5, 6, 7) for n in log_names(uri))
+
+    result = upkeep_log(uri)
+    assert result.table_version == 7
+    assert not old_commits & log_names(uri)
+    assert f"{7:020d}.checkpoint.parquet" in log_names(uri)
+    assert result.entries_after < result.entries_before
+    table = open_table(uri)
+    assert sorted(table.to_pyarrow_table()["n"].to_pylist()) == list(range(1, 8))
+    assert table.transaction_version("app") == table_transaction(uri, "app") == 7
+
+
+def test_the_stream_checkpoints_its_table_every_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tidelake.streaming.delta.commit as commit
+    import tidelake.streaming.settings as settings
+
+    for module in (commit, settings):
+        monkeypatch.setattr(module, "DELTA_CHECKPOINT_INTERVAL", 3)
+    uri = str(tmp_path / "events")
+    for batch in range(1, 8):
+        commit_batch(uri, batch)
+    checkpoints = sorted(n for n in log_names(uri) if n.endswith(".checkpoint.parquet"))
+    assert checkpoints == [f"{3:020d}.checkpoint.parquet", f"{6:020d}.checkpoint.parquet"]
+    table = open_table(uri)  # from the checkpoint at 6, and version 7
+    assert table.metadata().configuration["delta.checkpointInterval"] == "3"
+    assert sorted(table.to_pyarrow_table()["n"].to_pylist()) == list(range(1, 8))
+    assert table.transaction_version("app") == 7
+
+
+def test_a_replayed_batch_is_skipped_on_the_kept_open_table(tmp_path: Path) -> None:
+    uri = str(tmp_path / "events")
+    commit_batch(uri, 1)
+    commit_batch(uri, 2)
+    commit_batch(uri, 2)  # Spark replays a batch: recorded already, nothing committed
+    assert sorted(open_table(uri).to_pyarrow_table()["n"].to_pylist()) == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [("forever", "expected one '<number> <unit>'"), ("30 minutes", "at least 1 hour")],
+)
+def test_a_wrong_log_retention_is_refused_naming_the_setting(
+    value: str, problem: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TIDELAKE_DELTA_LOG_RETENTION", value)
+    with pytest.raises(ConfigError, match=f"TIDELAKE_DELTA_LOG_RETENTION: {problem}"):
+        load_engine_settings()
+
+
+def test_the_retention_becomes_delta_s_interval() -> None:
+    settings = load_engine_settings(delta_log_retention="2 Days")
+    assert settings.delta_table_properties() == {
+        RETENTION: "interval 2 days",
+        "delta.deletedFileRetentionDuration": "interval 2 days",
+        "delta.checkpointInterval": "100",
+    }
