@@ -25,6 +25,11 @@ def delta_version(path: str | Path) -> int:
     return _table(path).version()
 
 
+def delta_properties(path: str | Path) -> dict[str, str]:
+    """The table's properties (the metaData action's configuration)."""
+    return dict(_table(path).metadata().configuration)
+
+
 def rows_added_by_version(path: str | Path) -> list[int]:
     """How many rows each version of an append-only table added, from version 0 on."""
     counts = [

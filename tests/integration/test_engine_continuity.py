@@ -17,10 +17,11 @@ from typing import Any
 
 from confluent_kafka import Producer
 from kafka_topics import KEEP_FOREVER, set_retention
-from lake_readers import delta_version, read_delta
+from lake_readers import delta_properties, read_delta
 from live_stream import run_available_now
 
 from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.delta.commit import table_properties
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic
 from tidelake.streaming.settings import EngineSettings
 
@@ -55,12 +56,17 @@ def test_the_first_engines_lake_and_checkpoint_carry_on(
     flow = dataclasses.replace(CALL_EVENTS, topic=TOPIC)
     table = tmp_path / "lake" / flow.table
     quarantine = tmp_path / "lake" / flow.quarantine_table
-    before = (read_delta(table).num_rows, delta_version(quarantine))
+    before = (read_delta(table).num_rows, read_delta(quarantine).num_rows)
+    assert delta_properties(quarantine).get("delta.checkpointInterval") is None
 
-    # nothing new: nothing written (Spark runs one empty batch, because the first engine wrote
-    # its offsets as JSON with spaces and Spark compares them as text; the table records it)
+    # nothing new: no row written (Spark runs one empty batch, because the first engine wrote
+    # its offsets as JSON with spaces and Spark compares them as text). The one commit each
+    # table gets sets the log retention the first engine's tables lacked.
     run_available_now(spark, flow, settings, kafka_conf)
-    assert (read_delta(table).num_rows, delta_version(quarantine)) == before
+    assert (read_delta(table).num_rows, read_delta(quarantine).num_rows) == before
+    shipped = table_properties()
+    for kept in (table, quarantine):
+        assert {k: delta_properties(kept).get(k) for k in shipped} == shipped
 
     _produce(kafka_conf, [r for r in records if r["phase"] == 2])
     run_available_now(spark, flow, settings, kafka_conf)
