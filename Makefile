@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help dev dev-s3 dev-secured s3-server schema-registry bench-s3 bench-framed bench-secured venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster soak bench-delta-log bench-dagster-history broker clean
+.PHONY: help dev dev-s3 dev-secured s3-server schema-registry bench-s3 bench-framed bench-secured venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster soak bench-delta-log bench-dagster-history bench-dedup-state broker clean
 
 help:
 	@echo "make dev               the whole platform locally; Dagster UI on http://127.0.0.1:3000"
@@ -21,6 +21,7 @@ help:
 	@echo "make bench-cluster     the throughput benchmark on a Spark standalone cluster and on local[2]"
 	@echo "make soak              the platform for an hour at 6,000 events/s with faults: drift of every cost (SOAK_ARGS=...)"
 	@echo "make bench-delta-log   the stream's commit path on a log holding 30 days of commits, local disk and S3"
+	@echo "make bench-dedup-state one stream's micro-batches before and after a 30 M-key backlog (~40 min)"
 	@echo "make bench-dagster-history  the supervisor's tick and the asset pages with 30 days of Dagster history"
 	@echo "make dev-s3            the same with the lake and checkpoints on a local S3 server"
 	@echo "make dev-secured       the same on a secured broker (SASL_SSL, SCRAM, ACLs), a user per process"
@@ -105,6 +106,10 @@ bench-secured: $(STAMP)
 # an hour (SOAK_ARGS="--minutes 120" for longer): bench-results/soak/soak.{csv,png,json}
 soak: $(STAMP)
 	cd bench && ../$(BIN)/python soak.py --out-dir ../bench-results/soak $(SOAK_ARGS)
+
+# a stream live at 2,000 events/s, a backlog of 30 M keys, live again (DEDUP_ARGS=...)
+bench-dedup-state: $(STAMP)
+	cd bench && ../$(BIN)/python dedup_state.py --out ../bench-results/dedup-state.json $(DEDUP_ARGS)
 
 bench-delta-log: s3-server
 	cd bench && ../$(BIN)/python delta_log_age.py --out ../bench-results/delta-log.json

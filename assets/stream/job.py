@@ -13,7 +13,6 @@ from tidelake.assets.stream.always_on import AlwaysOn, build_always_on_job
 from tidelake.assets.tables.keys import table_key, topic_key
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.offsets import KafkaSourceError, from_json_offsets
-from tidelake.streaming.records.dedup import rows_dropped_by_watermark
 from tidelake.streaming.schemas.writer_schemas import WriterSchemas
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.stream.query import FlowStream
@@ -94,9 +93,7 @@ class ProgressReporter:
         self._kafka_conf = kafka_conf
         self._schemas = schemas
         self._reported_schemas: dict[int, str] = {}
-        self._reported_batch = -1
         self._observed_at: float | None = None
-        self.rows_dropped_by_watermark = 0
 
     def __call__(self, query: StreamingQuery, progress: dict[str, Any] | None) -> None:
         if progress is None:
@@ -122,14 +119,6 @@ class ProgressReporter:
         }
         if lag is not None:
             metadata["lag_total"] = dg.MetadataValue.int(lag)
-        dropped = self._dropped_since_last_report(query, batch)
-        if dropped:
-            self._context.log.warning(
-                f"{query.name}: {dropped} records arrived more than the allowed lateness behind "
-                "the others and were dropped by the deduplication watermark"
-            )
-        self.rows_dropped_by_watermark += dropped
-        metadata["rows_dropped_by_watermark"] = dg.MetadataValue.int(self.rows_dropped_by_watermark)
         now = self._clock()
         if self._observed_at is None or now - self._observed_at >= health.HEALTH_HEARTBEAT_S:
             self._observed_at = now
@@ -150,11 +139,6 @@ class ProgressReporter:
                 metadata=writer_schemas_metadata(self._schemas),
             )
         )
-
-    def _dropped_since_last_report(self, query: StreamingQuery, batch: int) -> int:
-        new = [p for p in query.recentProgress if p["batchId"] > self._reported_batch]
-        self._reported_batch = max(self._reported_batch, batch)
-        return sum(rows_dropped_by_watermark(p) for p in new)
 
     def _lag(self, progress: dict[str, Any]) -> int | None:
         """Kafka ends minus the end of the newest batch; None if Kafka did not answer in time."""

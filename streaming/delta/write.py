@@ -98,18 +98,16 @@ class MicroBatchWriter:
     quarantine_uri: str
     checkpoint: str
     schemas: WriterSchemas
+    times: OrderedDict[int, dict[str, float]] = field(default_factory=OrderedDict)
+    """Milliseconds each recent batch spent in its parts (stream/progress_log.py reports them):
+    write_ms (Spark writing the data files), quarantine_commit_ms, commit_ms (the table's Delta
+    commit). A stream passes the same one to the writers of its successive queries, so a batch's
+    progress line written after the next query started still finds them."""
     failure: TidelakeError | None = field(default=None, init=False)
     """Why the last batch was abandoned before any commit, in tidelake's words (Spark wraps
     it in its own traceback): NewWriterSchemasError asks for the query to be started again."""
     _app_id: str | None = field(default=None, init=False)
     _shapes: _BatchShapes | None = field(default=None, init=False)
-    _times: OrderedDict[int, dict[str, float]] = field(default_factory=OrderedDict, init=False)
-
-    def batch_times(self, batch_id: int) -> dict[str, float] | None:
-        """Milliseconds a recent batch spent in its parts (stream/progress_log.py reports them):
-        write_ms (Spark writing the data files), quarantine_commit_ms, commit_ms (the table's
-        Delta commit)."""
-        return self._times.get(batch_id)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:
@@ -179,9 +177,9 @@ class MicroBatchWriter:
 
     def _batch_timer(self, batch_id: int) -> dict[str, float]:
         """A new batch's timings, keeping the last _TIMED_BATCHES."""
-        times = self._times[batch_id] = {}
-        while len(self._times) > _TIMED_BATCHES:
-            self._times.popitem(last=False)
+        times = self.times[batch_id] = {}
+        while len(self.times) > _TIMED_BATCHES:
+            self.times.popitem(last=False)
         return times
 
     def app_id(self) -> str:

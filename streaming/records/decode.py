@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -51,6 +50,7 @@ from tidelake.streaming.flow.engine_columns import (
 from tidelake.streaming.flow.spec import EVENT_TIME_UNITS_PER_SECOND, FlowSpec
 from tidelake.streaming.flow.table_schema import decoded_columns
 from tidelake.streaming.schemas.writer_schemas import WriterSchemas
+from tidelake.streaming.spark.extensions import tidelake_jvm
 
 MAX_EPOCH_US = 7_258_118_400_000_000
 """2200-01-01: later event times are treated as corrupt."""
@@ -134,7 +134,7 @@ def decode_records(
 def protobuf_decode(value: Column, flow: FlowSpec, schemas: WriterSchemas) -> Column:
     """The JVM decoder's struct of the flow's message (its fields, then `_error` and
     `_schema_id`)."""
-    decoder = _tidelake_jvm("protobuf_decode").ProtobufDecoder
+    decoder = tidelake_jvm("protobuf_decode").ProtobufDecoder
     java_column = decoder.decode(
         _to_java_column(value),
         flow.message.DESCRIPTOR.full_name,
@@ -145,21 +145,11 @@ def protobuf_decode(value: Column, flow: FlowSpec, schemas: WriterSchemas) -> Co
     return ClassicColumn(java_column)
 
 
-def _tidelake_jvm(caller: str) -> Any:
-    """The package dev.tidelake.spark in the active session's JVM (jvm/spark-extensions)."""
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.getActiveSession()
-    if spark is None or spark._jvm is None:
-        raise RuntimeError(f"{caller} needs an active SparkSession")
-    return spark._jvm.dev.tidelake.spark
-
-
 def _ingest_clock() -> Column:
     """When the engine read the record: the wall clock per row (dev.tidelake.spark.IngestClock).
     Not current_timestamp(), which a stream inlines into each micro-batch's generated code as
     a new literal, so that every batch compiled the decode stage again."""
-    clock = _tidelake_jvm("decode_records").IngestClock
+    clock = tidelake_jvm("decode_records").IngestClock
     return F.timestamp_micros(ClassicColumn(clock.micros()))
 
 
@@ -183,7 +173,7 @@ def _behind_a_later_record(flow: FlowSpec, kafka_conf: Mapping[str, str]) -> Col
     """ "too late" for a record that stands behind one stamped after its date closed."""
     from tidelake.streaming.kafka.read import java_client_options
 
-    index = _tidelake_jvm("decode_records").KafkaTimeIndex
+    index = tidelake_jvm("decode_records").KafkaTimeIndex
     behind = index.behind(
         *(_to_java_column(F.col(c)) for c in KAFKA_POSITION),
         _to_java_column(_closes_ms(F.col("_event_us"), flow)),

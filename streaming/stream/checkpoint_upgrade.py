@@ -1,17 +1,21 @@
 """Moving a stream onto a new checkpoint when the old one cannot or must not go on.
 
 Spark refuses to restart a query that has a stateful operator (deduplication) from a checkpoint
-written without one (STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY); and after a table was
+written without one (STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY), or with another
+stateful operator (STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA: deduplication moved
+from dropDuplicatesWithinWatermark to records/dedup.py's processor); and after a table was
 restored from an older copy the checkpoint is ahead of it (stream/guard.py). The old checkpoint is
 kept beside the new one, and the new query starts exactly where the tables say the old one
 stopped (the furthest of those given), so no record is lost or written twice. The
 start is pinned in a file inside the new checkpoint, because a Python data source's initial
 offset is not in Spark's offset log: a query that fails before its first commit must restart from
-the same place.
+the same place. Moving off the earlier deduplication operator keeps what it remembered: the new
+checkpoint names the retired one, whose keys seed the new state in its first batch.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
@@ -24,6 +28,20 @@ from tidelake.streaming.stream.status import written_position
 log = logging.getLogger(__name__)
 
 START_OFFSETS_FILE = "tidelake-start-offsets.json"
+REMEMBERED_KEYS_FILE = "tidelake-remembered-keys"
+STATE_METADATA = ("state", "0", "_metadata", "metadata")
+
+
+def state_operator(checkpoint: str) -> str | None:
+    """The name of the checkpoint's stateful operator (Spark's state metadata), if it has one."""
+    path = Location(checkpoint)
+    for part in STATE_METADATA:
+        path = path / part
+    if not path.exists():
+        return None
+    # a version line ("v1"), then one JSON object
+    info = json.loads(path.read_text().split("\n", 1)[1])
+    return str(info["operatorInfo"]["operatorName"])
 
 
 def lacks_state(checkpoint: str) -> bool:
@@ -33,9 +51,13 @@ def lacks_state(checkpoint: str) -> bool:
     return has_commits and not (root / "state").exists()
 
 
-def start_new_checkpoint(checkpoint: str, *table_uris: str, reason: str) -> Location:
+def start_new_checkpoint(
+    checkpoint: str, *table_uris: str, reason: str, keep_keys: bool = False
+) -> Location:
     """Retire the checkpoint (renamed, never deleted) and pin the new one's start at the newest
-    batch any of the tables (main, quarantine) holds; returns the retired folder.
+    batch any of the tables (main, quarantine) holds; returns the retired folder. keep_keys
+    points the new checkpoint at the retired one for the keys its deduplication remembered
+    (see remembered_keys).
 
     The new checkpoint is staged beside the old one with its pin, then swapped in, so a crash at
     any point leaves either the old checkpoint or a pinned new one (see recover_upgrade).
@@ -56,6 +78,8 @@ def start_new_checkpoint(checkpoint: str, *table_uris: str, reason: str) -> Loca
     if written is not None:
         (staged / START_OFFSETS_FILE).write_text(written)
     retired = root.with_name(f"{root.name}.retired-{time.strftime('%Y%m%dT%H%M%S')}")
+    if keep_keys:
+        (staged / REMEMBERED_KEYS_FILE).write_text(retired.uri)
     if root.is_dir():
         root.rename(retired)
     staged.rename(root)
@@ -77,6 +101,16 @@ def recover_upgrade(checkpoint: str) -> None:
     if not root.is_dir() and staged.is_dir():
         staged.rename(root)
         log.warning("finished moving the staged checkpoint %s into place", root)
+
+
+def remembered_keys(checkpoint: str) -> str | None:
+    """The retired checkpoint whose deduplication state seeds this one's first batch: named by
+    start_new_checkpoint(keep_keys=True), until this checkpoint commits a batch."""
+    root = Location(checkpoint)
+    path = root / REMEMBERED_KEYS_FILE
+    if not path.exists() or any(name.isdigit() for name in (root / "commits").names()):
+        return None
+    return path.read_text()
 
 
 def pinned_start(checkpoint: str) -> str | None:

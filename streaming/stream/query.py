@@ -6,6 +6,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,14 +31,20 @@ from tidelake.streaming.kafka.read import (
     stream_records,
 )
 from tidelake.streaming.records.decode import decode_records
-from tidelake.streaming.records.dedup import drop_repeats_in_stream
+from tidelake.streaming.records.dedup import (
+    EARLIER_DEDUP_OPERATOR,
+    drop_repeats_in_stream,
+    remembered_by_earlier_operator,
+)
 from tidelake.streaming.schemas.writer_schemas import WriterSchemas
 from tidelake.streaming.settings import EngineSettings, redact
 from tidelake.streaming.stream.checkpoint_upgrade import (
     lacks_state,
     pinned_start,
     recover_upgrade,
+    remembered_keys,
     start_new_checkpoint,
+    state_operator,
 )
 from tidelake.streaming.stream.guard import (
     check_checkpoint_matches_table,
@@ -55,14 +62,15 @@ _PROBE_TIMEOUT_S = 10.0
 @dataclass
 class FlowStream:
     """Builds and runs the streaming query of one declared flow: Spark's Kafka source, the JVM
-    decoder and rules (decode), Spark's deduplication (dedup), then foreachBatch into Delta
-    (delta/write.py)."""
+    decoder and rules (decode), deduplication on Spark's state store (dedup), then foreachBatch
+    into Delta (delta/write.py)."""
 
     flow: FlowSpec
     settings: EngineSettings
     kafka_conf: Mapping[str, str]
     schemas: WriterSchemas = field(init=False)
     _writer: MicroBatchWriter | None = field(default=None, init=False)
+    _times: OrderedDict[int, dict[str, float]] = field(default_factory=OrderedDict, init=False)
     _first_batch_done: bool = field(default=False, init=False)
     _progress_log: ProgressLog | None = field(default=None, init=False)
 
@@ -110,6 +118,20 @@ class FlowStream:
                 self.table_uri,
                 self.quarantine_uri,
                 reason="it was written without deduplication state",
+            )
+        elif self.flow.dedup_key is not None and (
+            state_operator(self.checkpoint) == EARLIER_DEDUP_OPERATOR
+        ):
+            # the keys it remembers must be those of what the tables hold
+            check_checkpoint_matches_table(
+                self.flow.name, self.flow.topic, self.checkpoint, self.table_uri
+            )
+            start_new_checkpoint(
+                self.checkpoint,
+                self.table_uri,
+                self.quarantine_uri,
+                reason="its deduplication state is the earlier operator's",
+                keep_keys=True,
             )
         check_table_files_exist(self.flow.name, self.table_uri)
         check_checkpoint_matches_table(
@@ -194,10 +216,19 @@ class FlowStream:
         decoded = decode_records(records, self.flow, self.kafka_conf, self.schemas)
         ensure_flow_tables(decoded, self.flow, self.table_uri, self.quarantine_uri)
         self._writer = MicroBatchWriter(
-            self.flow, self.table_uri, self.quarantine_uri, self.checkpoint, self.schemas
+            self.flow,
+            self.table_uri,
+            self.quarantine_uri,
+            self.checkpoint,
+            self.schemas,
+            self._times,
+        )
+        seeds = remembered_keys(self.checkpoint)
+        remembered = (
+            None if seeds is None else remembered_by_earlier_operator(spark, seeds, self.flow)
         )
         writer = (
-            drop_repeats_in_stream(decoded, self.flow)
+            drop_repeats_in_stream(decoded, self.flow, remembered)
             .writeStream.foreachBatch(self._writer)
             .queryName(self.query_name)
             .option("checkpointLocation", self.checkpoint)
@@ -217,7 +248,7 @@ class FlowStream:
         return query
 
     def _batch_times(self, batch_id: int) -> Mapping[str, float] | None:
-        return None if self._writer is None else self._writer.batch_times(batch_id)
+        return self._times.get(batch_id)
 
 
 ProgressHandler = Callable[[StreamingQuery, dict[str, Any] | None], None]

@@ -43,12 +43,18 @@ def run_flow_stream(
     spark = build_spark_session(settings.spark_master, settings.spark_conf, f"tidelake-{flow.name}")
     log.info("spark session ready in %.1fs", time.monotonic() - started)
     stop = stop or threading.Event()
-    run_query(
-        lambda: stream.start(spark, available_now=available_now, stop=stop),
-        stop,
-        explain=stream.explain_failure,
-        batch_error=stream.batch_error,
-    )
+    try:
+        run_query(
+            lambda: stream.start(spark, available_now=available_now, stop=stop),
+            stop,
+            explain=stream.explain_failure,
+            batch_error=stream.batch_error,
+        )
+    finally:
+        # the state store's RocksDB closes while the JVM runs: left to the JVM's exit, a
+        # compaction thread calling back into the JVM deadlocked its halt (the process ended,
+        # its JVM stayed)
+        spark.stop()
 
 
 @contextmanager

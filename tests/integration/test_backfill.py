@@ -141,7 +141,8 @@ def test_backfill_while_the_stream_writes_into_the_same_day(
         time.sleep(0.5)
         days = sorted({*history.by_date, datetime.now(UTC).date().isoformat()})
         results = []
-        while producer.is_alive() or not results:  # backfills race the live appends
+        # backfills race the live appends: at least two, and until the producer is done
+        while producer.is_alive() or len(results) < 2:
             plan = plan_backfill(flow, days, engine_settings, kafka_conf)
             results.append(run_backfill(spark, plan, engine_settings, kafka_conf))
         live = producer.join()

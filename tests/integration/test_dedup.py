@@ -3,21 +3,40 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import random
 import time
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lake_readers import duckdb_query
+from confluent_kafka import Producer
+from lake_readers import duckdb_query, read_delta
 from live_stream import produce_and_stream, run_available_now
+from pyspark.sql import functions as F
 
 from tidelake.assets.quality.expectations import validate_partition
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.calls.demo_events import call_event
 from tidelake.streaming.flow.spec import FlowSpecError
-from tidelake.streaming.records.dedup import rows_dropped_by_watermark
-from tidelake.streaming.stream.checkpoint_upgrade import START_OFFSETS_FILE, lacks_state
+from tidelake.streaming.kafka.admin import quiet_client_config
+from tidelake.streaming.kafka.read import stream_records
+from tidelake.streaming.records.decode import decode_records
+from tidelake.streaming.records.dedup import (
+    EARLIER_DEDUP_OPERATOR,
+    remembered_by_earlier_operator,
+)
+from tidelake.streaming.schemas.writer_schemas import WriterSchemas
+from tidelake.streaming.stream.checkpoint_upgrade import (
+    REMEMBERED_KEYS_FILE,
+    START_OFFSETS_FILE,
+    lacks_state,
+    remembered_keys,
+    state_operator,
+)
+from tidelake.streaming.stream.status import kafka_ends
 
 
 def counts(uri: str) -> tuple[int, int]:
@@ -37,12 +56,6 @@ def uniqueness_failures(uri: str, flow: Any, days: list[str]) -> dict[str, int]:
 def test_dedup_key_must_be_a_field() -> None:
     with pytest.raises(FlowSpecError, match="dedup_key 'sid'"):
         dataclasses.replace(CALL_EVENTS, dedup_key="sid")
-
-
-def test_progress_counts_rows_dropped_by_the_watermark() -> None:
-    progress = {"stateOperators": [{"numRowsDroppedByWatermark": 3}, {}]}
-    assert rows_dropped_by_watermark(progress) == 3
-    assert rows_dropped_by_watermark({"stateOperators": []}) == 0
 
 
 def test_producer_retries_do_not_reach_the_table(
@@ -159,3 +172,102 @@ def test_a_checkpoint_without_dedup_state_moves_to_a_new_one_without_loss(
     assert not lacks_state(checkpoint)
     run_available_now(spark, flow, engine_settings, kafka_conf)  # restarts on the new checkpoint
     assert counts(stream.table_uri) == (first.good + second.good,) * 2
+
+
+def _earlier_operator_checkpoint(
+    spark: Any, flow: Any, kafka_conf: dict[str, Any], checkpoint: Path
+) -> None:
+    """A checkpoint whose state is that of the operator the stream used before RepeatFilter
+    (dropDuplicatesWithinWatermark on the same key), after reading the whole topic."""
+    records = stream_records(
+        spark,
+        flow,
+        kafka_conf,
+        starting_offsets="earliest",
+        max_offsets_per_trigger=10_000,
+        fail_on_data_loss=True,
+    )
+    decoded = decode_records(records, flow, kafka_conf, WriterSchemas.from_env(flow))
+    query = (
+        decoded.withColumns(
+            {
+                "_dedup_key": F.concat(F.lit("key/"), F.col("call_sid")),
+                "_arrival": F.col("ingest_time"),
+            }
+        )
+        .withWatermark("_arrival", f"{int(flow.allowed_lateness.total_seconds())} seconds")
+        .dropDuplicatesWithinWatermark(["_dedup_key"])
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert state_operator(str(checkpoint)) == EARLIER_DEDUP_OPERATOR
+
+
+def test_keys_the_earlier_operator_remembered_stay_repeats_on_a_new_checkpoint(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any, tmp_path: Path
+) -> None:
+    first = produce_demo_events(
+        flow, kafka_conf, count=300, malformed_share=0, late_share=0, seed=12, progress=False
+    )
+    earlier = tmp_path / "earlier-checkpoint"
+    _earlier_operator_checkpoint(spark, flow, kafka_conf, earlier)
+    assert remembered_by_earlier_operator(spark, str(earlier), flow).count() == first.good
+    ends = kafka_ends(kafka_conf, flow.topic)
+    # the retries of every one of those records (the same seed, the same call_sids), then new ones
+    produce_demo_events(
+        flow, kafka_conf, count=300, malformed_share=0, late_share=0, seed=12, progress=False
+    )
+    new = produce_demo_events(
+        flow, kafka_conf, count=100, malformed_share=0, late_share=0, seed=13, progress=False
+    )
+    # what preflight leaves when it moves off such a checkpoint (start_new_checkpoint, keep_keys)
+    checkpoint = Path(engine_settings.checkpoint_uri(flow.name))
+    checkpoint.mkdir(parents=True)
+    pinned = {flow.topic: {str(p): o for p, o in ends.items()}}
+    (checkpoint / START_OFFSETS_FILE).write_text(json.dumps(pinned))
+    (checkpoint / REMEMBERED_KEYS_FILE).write_text(str(earlier))
+
+    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
+    assert counts(stream.table_uri) == (new.good, new.good)
+    assert remembered_keys(stream.checkpoint) is None  # seeds the first batch only
+
+
+def _send(kafka_conf: dict[str, Any], topic: str, events: list[tuple[Any, int | None]]) -> None:
+    """CallEvents with the Kafka timestamps given (None: the producer's clock), keyed by call_sid
+    as producers do (so a repeat lands in its original's partition)."""
+    producer = Producer(quiet_client_config(dict(kafka_conf)))
+    for event, stamp_ms in events:
+        extra = {} if stamp_ms is None else {"timestamp": stamp_ms}
+        producer.produce(topic, event.SerializeToString(), event.call_sid.encode(), **extra)
+    assert producer.flush(30) == 0
+
+
+def test_a_repeat_within_the_lateness_is_dropped_and_one_beyond_it_kept_across_a_restart(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
+) -> None:
+    rng = random.Random(14)
+    now_ms = int(time.time() * 1000)
+    lateness_ms = int(flow.allowed_lateness.total_seconds() * 1000)
+    soon = call_event(rng, now_ms - 60_000)
+    # stamped more than the lateness ago, so its arrival is its ingest time less the lateness;
+    # its event time less than the lateness ago, so its date is open even for its repeat
+    old_stamp_ms = now_ms - lateness_ms - 30 * 60_000
+    old = call_event(rng, old_stamp_ms + 50 * 60_000)
+    _send(kafka_conf, flow.topic, [(soon, now_ms - 60_000), (old, old_stamp_ms)])
+    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
+
+    # a new query on the same checkpoint: the state it restores remembers both keys
+    _send(
+        kafka_conf,
+        flow.topic,
+        [
+            (soon, now_ms - 50_000),  # 10 s after its original: a producer retry
+            (old, None),  # stamped now: more than the lateness after its original's arrival
+        ],
+    )
+    run_available_now(spark, flow, engine_settings, kafka_conf)
+    rows = read_delta(stream.table_uri).column("call_sid").to_pylist()
+    assert sorted(rows) == sorted([soon.call_sid, old.call_sid, old.call_sid])
