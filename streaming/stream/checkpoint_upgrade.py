@@ -29,14 +29,11 @@ log = logging.getLogger(__name__)
 
 START_OFFSETS_FILE = "tidelake-start-offsets.json"
 REMEMBERED_KEYS_FILE = "tidelake-remembered-keys"
-STATE_METADATA = ("state", "0", "_metadata", "metadata")
 
 
 def state_operator(checkpoint: str) -> str | None:
     """The name of the checkpoint's stateful operator (Spark's state metadata), if it has one."""
-    path = Location(checkpoint)
-    for part in STATE_METADATA:
-        path = path / part
+    path = Location(checkpoint) / "state" / "0" / "_metadata" / "metadata"
     if not path.exists():
         return None
     # a version line ("v1"), then one JSON object
@@ -47,8 +44,7 @@ def state_operator(checkpoint: str) -> str | None:
 def lacks_state(checkpoint: str) -> bool:
     """True if the checkpoint has committed batches but no state (written by a stateless query)."""
     root = Location(checkpoint)
-    has_commits = any(name.isdigit() for name in (root / "commits").names())
-    return has_commits and not (root / "state").exists()
+    return _has_commits(root) and not (root / "state").exists()
 
 
 def start_new_checkpoint(
@@ -108,9 +104,13 @@ def remembered_keys(checkpoint: str) -> str | None:
     start_new_checkpoint(keep_keys=True), until this checkpoint commits a batch."""
     root = Location(checkpoint)
     path = root / REMEMBERED_KEYS_FILE
-    if not path.exists() or any(name.isdigit() for name in (root / "commits").names()):
+    if not path.exists() or _has_commits(root):
         return None
     return path.read_text()
+
+
+def _has_commits(root: Location) -> bool:
+    return any(name.isdigit() for name in (root / "commits").names())
 
 
 def pinned_start(checkpoint: str) -> str | None:
