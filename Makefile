@@ -58,7 +58,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 test: check-protos lint typecheck jvm-test test-packages s3-server schema-registry
-	$(BIN)/pytest --timeout=900
+	$(BIN)/pytest --timeout=900 --durations=40
 
 # SeaweedFS, the S3 server of the tests and of make dev-s3, built once per machine into the cache
 s3-server: $(STAMP)

@@ -1,7 +1,9 @@
 """A small client of the Dagster webserver's GraphQL API, as an external tool would use it.
 
 `tidelake dev-check` and the end-to-end tests drive Dagster only through this: server info,
-sensors, runs, asset nodes, asset check results, run termination, code location reloads.
+sensors, runs, asset nodes, asset check results, run termination, code location reloads. The
+calls dagster-graphql's `DagsterGraphQLClient` covers (launch, terminate, reload) go through it;
+the queries it lacks are written here.
 """
 
 from __future__ import annotations
@@ -10,8 +12,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import requests
+from dagster_graphql import (
+    DagsterGraphQLClient,
+    DagsterGraphQLClientError,
+    ReloadRepositoryLocationStatus,
+)
 
 from tidelake.streaming.errors import TidelakeError
 
@@ -27,6 +35,18 @@ class DagsterWeb:
     url: str = "http://127.0.0.1:3000"
     location: str = "tidelake"
     timeout_s: float = 10.0
+    work_timeout_s: float = 300.0
+    """For calls the server works on before it answers: a reload starts a code server, which on
+    a loaded machine took more than 10 s."""
+
+    def _library_client(self, timeout_s: float) -> DagsterGraphQLClient:
+        parts = urlsplit(self.url)
+        return DagsterGraphQLClient(
+            parts.hostname or "127.0.0.1",
+            port_number=parts.port,
+            use_https=parts.scheme == "https",
+            timeout=int(timeout_s),
+        )
 
     def server_info(self) -> dict[str, Any]:
         try:
@@ -149,29 +169,15 @@ class DagsterWeb:
 
     def launch_run(self, job_name: str, run_config: dict[str, Any] | None = None) -> str:
         """Launch a run of a job as the Launchpad would; its run id."""
-        data = self.query(
-            """mutation($params: ExecutionParams!) {
-              launchRun(executionParams: $params) {
-                __typename
-                ... on LaunchRunSuccess { run { runId } }
-                ... on PythonError { message }
-                ... on RunConfigValidationInvalid { errors { message } }
-              }
-            }""",
-            {
-                "params": {
-                    "selector": {
-                        "repositoryLocationName": self.location,
-                        "repositoryName": "__repository__",
-                        "jobName": job_name,
-                    },
-                    "runConfigData": run_config or {},
-                }
-            },
-        )["launchRun"]
-        if data["__typename"] != "LaunchRunSuccess":
-            raise DagsterWebError(f"cannot launch {job_name}: {data}")
-        return data["run"]["runId"]
+        try:
+            return self._library_client(self.work_timeout_s).submit_job_execution(
+                job_name,
+                repository_location_name=self.location,
+                repository_name="__repository__",
+                run_config=run_config or {},
+            )
+        except DagsterGraphQLClientError as exc:
+            raise DagsterWebError(f"cannot launch {job_name}: {exc}") from None
 
     def launch_partition_backfill(self, asset_path: list[str], partitions: list[str]) -> str:
         """Backfill partitions of an asset, as Materialize → partitions in the UI does; its id."""
@@ -204,33 +210,23 @@ class DagsterWeb:
     def reload_location(self) -> None:
         """Reload the code location, as Deployment → Reload in the UI does: its code server is
         started afresh and imports the definitions (and the flows) again."""
-        data = self.query(
-            """mutation($name: String!) {
-              reloadRepositoryLocation(repositoryLocationName: $name) {
-                __typename
-                ... on WorkspaceLocationEntry {
-                  locationOrLoadError { __typename ... on PythonError { message } }
-                }
-                ... on PythonError { message }
-                ... on ReloadNotSupported { message }
-                ... on RepositoryLocationNotFound { message }
-                ... on UnauthorizedError { message }
-              }
-            }""",
-            {"name": self.location},
-        )["reloadRepositoryLocation"]
-        loaded = data.get("locationOrLoadError") or {}
-        if data["__typename"] != "WorkspaceLocationEntry" or "message" in loaded:
-            raise DagsterWebError(f"cannot reload {self.location}: {data}")
+        try:
+            info = self._library_client(self.work_timeout_s).reload_repository_location(
+                self.location
+            )
+        except DagsterGraphQLClientError as exc:
+            raise DagsterWebError(f"cannot reload {self.location}: {exc}") from None
+        if info.status != ReloadRepositoryLocationStatus.SUCCESS:
+            raise DagsterWebError(
+                f"cannot reload {self.location}: {info.failure_type}: {info.message}"
+            )
 
-    def terminate_run(self, run_id: str) -> str:
-        data = self.query(
-            """mutation($runId: String!) {
-              terminateRun(runId: $runId) { __typename }
-            }""",
-            {"runId": run_id},
-        )
-        return data["terminateRun"]["__typename"]
+    def terminate_run(self, run_id: str) -> None:
+        """Terminate a run as its page's Terminate button does."""
+        try:
+            self._library_client(self.timeout_s).terminate_run(run_id)
+        except DagsterGraphQLClientError as exc:
+            raise DagsterWebError(f"cannot terminate run {run_id}: {exc}") from None
 
 
 def wait_for(

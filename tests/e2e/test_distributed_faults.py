@@ -378,7 +378,7 @@ def test_postgres_down_while_the_sensor_ticks_never_makes_two_stream_runs(
         time.sleep(15)  # several passes of the run queue, which reads PostgreSQL again
         statuses = {r["runId"]: r["status"] for r in platform.web.runs(JOB)}
         assert statuses[running] == "STARTED" and statuses[extra] == "QUEUED", statuses
-        assert platform.web.terminate_run(extra) == "TerminateRunSuccess"
+        platform.web.terminate_run(extra)  # raises unless TerminateRunSuccess
         landed_s = platform.seconds_until_in_table(
             sender.first_sent_after(down_at + down_s), down_at
         )
