@@ -726,23 +726,18 @@ def dev_check(url: str, timeout: float) -> None:
 
 
 @main.command("install-jars")
-@click.option(
-    "--pom",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=Path("jvm/pom.xml"),
-    show_default=True,
-    help="the pom that lists the JVM artifacts (in a tidelake clone)",
-)
-def install_jars(pom: Path) -> None:
-    """Fetch the JVM artifacts (Kafka broker, Spark's Kafka source, Delta) into the jar cache.
+def install_jars() -> None:
+    """Build tidelake's JVM code and fetch the JVM artifacts (Kafka broker, Spark's Kafka
+    source, Delta) into the jar cache.
 
-    Maven resolves jvm/pom.xml offline first (a warm ~/.m2), then from Maven Central; jars that
-    pyspark already ships are left out. `make venv` runs it.
+    Maven builds the JVM build that ships in the package (jvm/ of a clone), offline first (a
+    warm ~/.m2), then from Maven Central; jars that pyspark already ships are left out.
+    `make venv` runs it; after `pip install tidelake` it is the one set-up step.
     """
     from tidelake.streaming.spark import jars
 
     try:
-        report = jars.install(pom)
+        report = jars.install()
     except (OSError, RuntimeError) as exc:
         raise CliError(f"could not install the JVM artifacts: {exc}") from None
     click.echo(

@@ -26,7 +26,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -34,8 +33,9 @@ from pathlib import Path
 from tidelake.platform.local.kafka_broker import free_port
 from tidelake.platform.local.server_process import LocalServerProcess
 from tidelake.streaming.errors import SetupError, TidelakeError
+from tidelake.streaming.polling import poll_until
 from tidelake.streaming.settings import host_settings
-from tidelake.streaming.spark.jars import java_executable
+from tidelake.streaming.spark.jars import java_executable, jvm_build
 
 APICURIO_VERSION = "2.4.2.Final"
 CCOMPAT_PATH = "/apis/ccompat/v7"
@@ -67,31 +67,22 @@ def require_schema_registry() -> Path:
     if not jar.is_file():
         raise RegistryServerMissingError(
             f"the local schema registry (Apicurio Registry) is not built at {jar}: run "
-            "`tidelake install-schema-registry` in a tidelake clone (once per machine, ~1 minute)"
+            "`tidelake install-schema-registry` (once per machine, ~1 minute)"
         )
     return jar
 
 
-def _clone_pom() -> Path:
-    return Path(__file__).resolve().parents[2] / "jvm" / "schema-registry" / "pom.xml"
-
-
-def install_schema_registry(
-    pom: Path | None = None, report: Callable[[str], object] | None = print
-) -> Path:
+def install_schema_registry(report: Callable[[str], object] | None = print) -> Path:
     """Build the registry with Maven into the cache unless it is there; returns quarkus-run.jar.
 
-    pom is jvm/schema-registry/pom.xml of a tidelake clone (this one's by default). The module
-    is built in a temporary copy, so the clone gets no target/ folder."""
+    The module is jvm/schema-registry of tidelake's JVM build (a clone's or the installed
+    package's), built in a temporary copy, so neither gets a target/ folder."""
     jar = schema_registry_jar()
     if jar.is_file():
         return jar
-    pom = (pom or _clone_pom()).resolve()
+    pom = jvm_build() / "schema-registry" / "pom.xml"
     if not pom.is_file():
-        raise RegistryServerError(
-            f"no {pom}: building the local schema registry needs a tidelake clone's "
-            "jvm/schema-registry/pom.xml"
-        )
+        raise RegistryServerError(f"no {pom}: the tidelake package is incomplete")
     mvn = shutil.which("mvn")
     if mvn is None:
         raise RegistryServerError("building the local schema registry needs Maven 3.8+ on PATH")
@@ -199,28 +190,27 @@ class LocalSchemaRegistry(LocalServerProcess):
         )
 
     def wait_until_ready(self) -> None:
-        """Until GET {url}/subjects answers 200 (storage ready, REST endpoints up)."""
-        deadline = time.monotonic() + self._startup_timeout_s
-        last = ""
-        while True:
+        """Until GET {url}/subjects answers (storage ready, REST endpoints up)."""
+
+        def answers() -> bool:
             if (code := self._exited()) is not None:
                 raise RegistryServerError(
                     f"the local schema registry exited with code {code} during start-up; its "
                     f"log ends with:\n{self.log_tail()}"
                 )
-            try:
-                with urllib.request.urlopen(self.url + "/subjects", timeout=2) as answer:
-                    if answer.status == 200:
-                        return
-                    last = f"HTTP {answer.status}"
-            except (urllib.error.URLError, OSError) as exc:
-                last = str(exc)
-            if time.monotonic() > deadline:
-                raise RegistryServerError(
-                    f"the local schema registry did not come up at {self.url} within "
-                    f"{self._startup_timeout_s:g}s ({last}); its log ends with:\n{self.log_tail()}"
-                )
-            time.sleep(0.1)
+            with urllib.request.urlopen(self.url + "/subjects", timeout=2):
+                return True  # an HTTP error status raises HTTPError, an OSError
+
+        poll_until(
+            answers,
+            timeout_s=self._startup_timeout_s,
+            interval_s=0.1,
+            timeout_error=lambda last: RegistryServerError(
+                f"the local schema registry did not come up at {self.url} within "
+                f"{self._startup_timeout_s:g}s ({last}); its log ends with:\n{self.log_tail()}"
+            ),
+            not_yet=(OSError,),
+        )
 
     def _cleanup(self) -> None:
         self._port = None

@@ -2,10 +2,12 @@
 
 jvm/pom.xml lists every JVM artifact with its version (Spark's Kafka source, Delta, the Kafka
 broker and its Log4j2 backend). `tidelake install-jars` (run by `make venv`, so by `make dev` and
-`make test`) resolves them with Maven into the jar cache, offline first so that a warm ~/.m2
-needs no network, and drops Spark-side jars whose artifact pyspark already ships (a second
-copy of jackson, slf4j or zstd-jni on the classpath is a conflict waiting to happen). Nothing is
-fetched at run time: a session or broker without the cache fails with the command to run.
+`make test`) builds tidelake's own JVM modules and resolves the rest with Maven into the jar
+cache, offline first so that a warm ~/.m2 needs no network, and drops Spark-side jars whose
+artifact pyspark already ships (a second copy of jackson, slf4j or zstd-jni on the classpath is a
+conflict waiting to happen). Nothing is fetched at run time: a session or broker without the
+cache fails with the command to run. The JVM build ships inside the package (`tidelake/jvm`
+beside `tidelake/protos`), so an installed wheel builds the same jars as a clone.
 
 The cache lives in the virtualenv (`<venv>/share/tidelake/jars`), so it matches the installed
 pyspark and goes with `make clean`; TIDELAKE_JARS_DIR points elsewhere.
@@ -71,8 +73,8 @@ def _jars(folder: str, required: tuple[str, ...]) -> list[Path]:
     missing = [name for name in required if name not in present]
     if missing:
         raise JarsMissingError(
-            f"the jar cache {root} lacks {', '.join(missing)}: run `make venv` (or "
-            "`tidelake install-jars --pom jvm/pom.xml` from a clone) to fetch the JVM artifacts"
+            f"the jar cache {root} lacks {', '.join(missing)}: run `tidelake install-jars` "
+            "(`make venv` in a clone) to build and fetch the JVM artifacts"
         )
     return jars
 
@@ -125,33 +127,45 @@ class InstallReport:
     offline: bool
 
 
-def install(pom: Path, target: Path | None = None) -> InstallReport:
-    """Resolve the pom's artifacts into the jar cache (replaced whole, atomically per folder).
+def jvm_build() -> Path:
+    """tidelake's JVM build (the poms, the Java sources): jvm/ of a clone, tidelake/jvm of an
+    installed wheel. Both sit beside protos/, which the ingest service's build compiles."""
+    return Path(__file__).resolve().parents[2] / "jvm"
 
-    Tries Maven offline first (a warm ~/.m2), then online. Raises RuntimeError with Maven's
-    own error lines when neither resolves.
+
+def install(target: Path | None = None) -> InstallReport:
+    """Build and resolve the JVM build's artifacts into the jar cache (replaced whole, atomically
+    per folder).
+
+    Maven works on a temporary copy of the build (and of the .proto files it compiles), so
+    neither a clone nor an installed package gets target/ folders. Tries Maven offline first
+    (a warm ~/.m2), then online. Raises RuntimeError with Maven's own error lines when neither
+    resolves.
     """
     mvn = shutil.which("mvn")
     if mvn is None:
         raise RuntimeError("mvn (Maven 3.8+) is not on PATH; install it (Debian package maven)")
-    if not pom.is_file():
-        raise RuntimeError(f"no pom at {pom}: run this from a tidelake clone or pass --pom")
+    source = jvm_build()
+    if not (source / "pom.xml").is_file():
+        raise RuntimeError(f"no JVM build at {source}: the tidelake package is incomplete")
     target = target or jars_home()
     target.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target))
+    work = Path(tempfile.mkdtemp(prefix=".build-", dir=target))
+    staging = work / "jars"
     try:
+        pom = _copy_build(source, work)
         offline = True
         result = _copy_dependencies(mvn, pom, staging, offline=True)
         if result.returncode != 0:
             offline = False
-            shutil.rmtree(staging)
-            staging.mkdir()
+            shutil.rmtree(staging, ignore_errors=True)
             result = _copy_dependencies(mvn, pom, staging, offline=False)
         if result.returncode != 0:
             errors = [line for line in result.stdout.splitlines() if "ERROR" in line][:5]
             raise RuntimeError(
-                "Maven could not resolve jvm/pom.xml:\n" + "\n".join(errors or [result.stdout])
+                f"Maven could not build {source / 'pom.xml'}:\n"
+                + "\n".join(errors or [result.stdout])
             )
         shipped = pyspark_artifacts()
         dropped = []
@@ -162,7 +176,7 @@ def install(pom: Path, target: Path | None = None) -> InstallReport:
         for folder in FOLDERS:
             _swap_in(staging / folder, target / folder)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     jars = [j for f in FOLDERS for j in (target / f).glob("*.jar")]
     return InstallReport(
         jars=len(jars),
@@ -171,6 +185,16 @@ def install(pom: Path, target: Path | None = None) -> InstallReport:
         seconds=time.monotonic() - started,
         offline=offline,
     )
+
+
+def _copy_build(source: Path, work: Path) -> Path:
+    """Copy the JVM build and the .proto files into work (jvm/, protos/); the copy's root pom."""
+    shutil.copytree(source, work / "jvm", ignore=shutil.ignore_patterns("target"))
+    protos = work / "protos"
+    protos.mkdir()
+    for proto in (source.parent / "protos").glob("*.proto"):
+        shutil.copy2(proto, protos)
+    return work / "jvm" / "pom.xml"
 
 
 def _copy_dependencies(
