@@ -7,7 +7,8 @@ progress report, what the supervisor records besides its decision) is passed in.
 The op blocks until the run is terminated. Terminating from the UI sends the run worker SIGINT;
 the op then stops the query between batches, so the checkpoint stays consistent, and ends the
 run as canceled. Dagster has no always-on run: the sensor makes one, deciding each tick from the
-job's recent runs (supervisor.decide) whether to leave a live run alone, back off, or launch.
+job's recent runs (supervisor_decision.decide) whether to leave a live run alone, back off, or
+launch.
 """
 
 import os

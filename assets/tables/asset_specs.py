@@ -2,7 +2,9 @@
 
 The stream writes the tables continuously, outside any materialization, so they are declared as
 asset specs; the supervisor sensor records their health and marks a date partition materialized
-once the stream's event time has moved past that day plus the flow's allowed lateness.
+once the stream has passed, in every partition of the topic, a record Kafka stamped after that
+day's close (its end plus the flow's allowed lateness, FlowSpec.closes_at): Kafka's clock, not
+the events' own time.
 """
 
 from __future__ import annotations

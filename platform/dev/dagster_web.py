@@ -8,7 +8,6 @@ the queries it lacks are written here.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -22,6 +21,7 @@ from dagster_graphql import (
 )
 
 from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.polling import poll_until
 
 T = TypeVar("T")
 
@@ -233,15 +233,15 @@ def wait_for(
     probe: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 2.0
 ) -> T:
     """Poll probe until it returns something other than None; errors count as not yet."""
-    deadline = time.monotonic() + timeout_s
-    last_error = ""
-    while time.monotonic() < deadline:
-        try:
-            value = probe()
-        except DagsterWebError as exc:
-            value, last_error = None, str(exc)
-        if value is not None:
-            return value
-        time.sleep(interval_s)
-    detail = f" (last error: {last_error})" if last_error else ""
-    raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}{detail}")
+
+    def timed_out(last_error: str) -> TimeoutError:
+        detail = f" (last error: {last_error})" if last_error else ""
+        return TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}{detail}")
+
+    return poll_until(
+        probe,
+        timeout_s=timeout_s,
+        interval_s=interval_s,
+        timeout_error=timed_out,
+        not_yet=(DagsterWebError,),
+    )

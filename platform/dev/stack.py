@@ -39,6 +39,7 @@ from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.acls import role_grants
 from tidelake.streaming.kafka.admin import check_reachable, ensure_flow_topics, ensure_topic
 from tidelake.streaming.kafka.broker_state import running_broker
+from tidelake.streaming.polling import poll_until
 from tidelake.streaming.settings import host_settings, kafka_client_config, kafka_client_env
 from tidelake.streaming.stream.status import first_record_date, kafka_ends
 
@@ -479,10 +480,13 @@ def stop_process_group(
             process.send_signal(signal.SIGINT)
         else:
             os.killpg(pgid, signal.SIGINT)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and _group_alive(pgid):
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=0.2)
+
+    def gone() -> bool | None:
+        process.poll()  # reaps the leader once it exits
+        return None if _group_alive(pgid) else True
+
+    with contextlib.suppress(TimeoutError):
+        poll_until(gone, timeout_s=grace_s, interval_s=0.2, timeout_error=TimeoutError)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
     process.wait()

@@ -43,6 +43,7 @@ from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.kafka import broker_state as kafka_broker_state
 from tidelake.streaming.kafka.acls import ROLES, Grant
 from tidelake.streaming.kafka.broker_state import running_broker, write_broker_state
+from tidelake.streaming.polling import poll_until
 from tidelake.streaming.settings import host_settings
 from tidelake.streaming.spark.jars import JarsMissingError, broker_classpath, java_executable
 
@@ -442,25 +443,28 @@ class LocalKafkaBroker:
 
     def wait_until_ready(self) -> None:
         """Wait for a TCP accept, then for metadata naming our cluster id (not a port squatter)."""
-        assert self._process is not None and self._port is not None
-        deadline = time.monotonic() + self._startup_timeout_s
-        while True:
-            if self._process.poll() is not None:
+        process, port = self._process, self._port
+        assert process is not None and port is not None
+
+        def answers() -> bool | None:
+            if process.poll() is not None:
                 tail = self.log_tail()
                 error = _PortTaken if "Address already in use" in tail else BrokerError
                 raise error(
-                    f"the local Kafka broker exited with code {self._process.returncode} during "
-                    f"start-up on port {self._port}; its log ends with:\n{tail}"
+                    f"the local Kafka broker exited with code {process.returncode} during "
+                    f"start-up on port {port}; its log ends with:\n{tail}"
                 )
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise BrokerError(
-                    f"the local Kafka broker did not come up on port {self._port} within "
-                    f"{self._startup_timeout_s:g}s; its log ends with:\n{self.log_tail()}"
-                )
-            if _accepts_connections(self._port) and self._answers_metadata(min(remaining, 2.0)):
-                return
-            time.sleep(0.05)
+            return True if _accepts_connections(port) and self._answers_metadata(2.0) else None
+
+        poll_until(
+            answers,
+            timeout_s=self._startup_timeout_s,
+            interval_s=0.05,
+            timeout_error=lambda _: BrokerError(
+                f"the local Kafka broker did not come up on port {port} within "
+                f"{self._startup_timeout_s:g}s; its log ends with:\n{self.log_tail()}"
+            ),
+        )
 
     def _answers_metadata(self, timeout_s: float) -> bool:
         from confluent_kafka import KafkaException
@@ -548,13 +552,21 @@ def grant_acls(admin_conf: dict[str, str], grants: dict[str, list[Grant]]) -> No
         AclOperation.ANY,
         AclPermissionType.ANY,
     )
-    deadline = time.monotonic() + 30
     for node in admin_conf["bootstrap.servers"].split(","):
         one = AdminClient(dict[str, Any](admin_conf | {"bootstrap.servers": node}))
-        while not set(bindings) <= set(one.describe_acls(every).result(timeout=30)):
-            if time.monotonic() > deadline:
-                raise BrokerError(f"the broker at {node} did not take the ACLs within 30 s")
-            time.sleep(0.1)
+        _wait_for_acls(one, node, set(bindings), every)
+
+
+def _wait_for_acls(admin: Any, node: str, bindings: set[Any], every: Any) -> None:
+    """Until the node lists every binding (a broker applies ACLs asynchronously)."""
+    poll_until(
+        lambda: True if bindings <= set(admin.describe_acls(every).result(timeout=30)) else None,
+        timeout_s=30,
+        interval_s=0.1,
+        timeout_error=lambda _: BrokerError(
+            f"the broker at {node} did not take the ACLs within 30 s"
+        ),
+    )
 
 
 def sasl_client_config(

@@ -28,6 +28,7 @@ from typing import Any
 from tidelake.platform.local.kafka_broker import free_port
 from tidelake.platform.local.server_process import LocalServerProcess
 from tidelake.streaming.errors import SetupError, TidelakeError
+from tidelake.streaming.polling import poll_until
 from tidelake.streaming.settings import host_settings
 
 SEAWEEDFS_MODULE = "github.com/seaweedfs/seaweedfs"
@@ -255,29 +256,30 @@ class LocalS3Server(LocalServerProcess):
         also needs a volume, which the master grows on demand)."""
         from botocore.exceptions import BotoCoreError, ClientError
 
-        deadline = time.monotonic() + self._startup_timeout_s
         client = self.client()
-        last = ""
-        while True:
+
+        def answers() -> bool:
             if (code := self._exited()) is not None:
                 raise S3ServerError(
                     f"the local S3 server exited with code {code} during start-up; its log ends "
                     f"with:\n{self.log_tail()}"
                 )
-            try:
-                names = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
-                if self.bucket not in names:
-                    client.create_bucket(Bucket=self.bucket)
-                client.put_object(Bucket=self.bucket, Key="_tidelake_ready", Body=b"")
-                return
-            except (BotoCoreError, ClientError) as exc:
-                last = str(exc)
-            if time.monotonic() > deadline:
-                raise S3ServerError(
-                    f"the local S3 server did not come up at {self.endpoint_url} within "
-                    f"{self._startup_timeout_s:g}s ({last}); its log ends with:\n{self.log_tail()}"
-                )
-            time.sleep(0.2)
+            names = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
+            if self.bucket not in names:
+                client.create_bucket(Bucket=self.bucket)
+            client.put_object(Bucket=self.bucket, Key="_tidelake_ready", Body=b"")
+            return True
+
+        poll_until(
+            answers,
+            timeout_s=self._startup_timeout_s,
+            interval_s=0.2,
+            timeout_error=lambda last: S3ServerError(
+                f"the local S3 server did not come up at {self.endpoint_url} within "
+                f"{self._startup_timeout_s:g}s ({last}); its log ends with:\n{self.log_tail()}"
+            ),
+            not_yet=(BotoCoreError, ClientError),
+        )
 
     def _cleanup(self) -> None:
         if self._sockets is not None:

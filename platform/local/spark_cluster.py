@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from types import TracebackType
 
@@ -27,6 +26,7 @@ import requests
 
 from tidelake.platform.local.kafka_broker import free_port
 from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.polling import poll_until
 from tidelake.streaming.spark.jars import java_executable
 
 _HOST = "127.0.0.1"
@@ -165,17 +165,21 @@ class LocalSparkCluster:
         )
 
     def _wait_for_workers(self) -> None:
-        deadline = time.monotonic() + self.start_timeout_s
-        while self.alive_workers() < self.workers:
+        def registered() -> bool | None:
             for process in self._processes:
                 if process.poll() is not None:
                     raise SparkClusterError(
                         f"a Spark cluster JVM exited with {process.returncode}; see the logs in "
                         f"{self.folder}"
                     )
-            if time.monotonic() > deadline:
-                raise SparkClusterError(
-                    f"{self.alive_workers()} of {self.workers} Spark workers registered with the "
-                    f"master within {self.start_timeout_s:g} s; see the logs in {self.folder}"
-                )
-            time.sleep(0.5)
+            return True if self.alive_workers() >= self.workers else None
+
+        poll_until(
+            registered,
+            timeout_s=self.start_timeout_s,
+            interval_s=0.5,
+            timeout_error=lambda _: SparkClusterError(
+                f"{self.alive_workers()} of {self.workers} Spark workers registered with the "
+                f"master within {self.start_timeout_s:g} s; see the logs in {self.folder}"
+            ),
+        )

@@ -25,6 +25,7 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, NewPartitions, N
 
 from tidelake.streaming.errors import ConfigError, TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.polling import poll_until
 
 # librdkafka logs every failed connection attempt to stderr (about 20 lines a second against a
 # closed port). Route its logs into Python logging instead; silent unless the application
@@ -301,11 +302,14 @@ def add_partitions(conf: Mapping[str, Any], topic: str, total: int, timeout_s: f
         raise KafkaAdminError(
             f"could not grow topic {topic!r} to {total} partitions: {exc.args[0].str()}"
         ) from None
-    deadline = time.monotonic() + timeout_s
-    while topic_partition_count(conf, topic, timeout_s) != total:
-        if time.monotonic() >= deadline:
-            raise KafkaAdminError(f"topic {topic!r} does not show {total} partitions yet")
-        time.sleep(0.05)
+    poll_until(
+        lambda: True if topic_partition_count(conf, topic, timeout_s) == total else None,
+        timeout_s=timeout_s,
+        interval_s=0.05,
+        timeout_error=lambda _: KafkaAdminError(
+            f"topic {topic!r} does not show {total} partitions yet"
+        ),
+    )
     return before
 
 

@@ -30,6 +30,7 @@ from tidelake.streaming.kafka.read import (
     explain_query_failure,
     stream_records,
 )
+from tidelake.streaming.polling import poll_until
 from tidelake.streaming.records.decode import decode_records
 from tidelake.streaming.records.dedup import (
     EARLIER_DEDUP_OPERATOR,
@@ -169,7 +170,10 @@ class FlowStream:
                 self.settings.first_batch_offsets < self.settings.max_offsets_per_trigger
                 and self._records_waiting()
             ):
-                first = self._start(spark, self.settings.first_batch_offsets, "first batch")
+                # triggered once a day: the caller stops it after its first batch
+                first = self._start(
+                    spark, self.settings.first_batch_offsets, {"processingTime": "1 day"}
+                )
                 with contextlib.suppress(StreamingQueryException):  # returned, not raised
                     while first.isActive and first.lastProgress is None:
                         first.awaitTermination(0.1)  # type: ignore[arg-type]  # seconds
@@ -178,9 +182,12 @@ class FlowStream:
                 first.stop()
                 if stop is not None and stop.is_set():
                     return first
-        return self._start(
-            spark, self.settings.max_offsets_per_trigger, "available now" if available_now else ""
+        trigger: dict[str, Any] = (
+            {"availableNow": True}
+            if available_now
+            else {"processingTime": self.settings.trigger_interval}
         )
+        return self._start(spark, self.settings.max_offsets_per_trigger, trigger)
 
     def _records_waiting(self) -> bool:
         """Whether Kafka holds records past the checkpoint: the first-batch query triggers once
@@ -193,17 +200,18 @@ class FlowStream:
         done = committed_batch(self.checkpoint, self.flow.topic)
         return stream_lag(ends, done.offsets if done else {}).total > 0
 
-    def _start(self, spark: SparkSession, max_offsets: int, trigger: str) -> StreamingQuery:
-        """The query with at most max_offsets records a batch; trigger "first batch" runs one
-        batch now and the next in a day (never: the caller stops it), "available now" reads
-        what is there, "" the settings' processing-time interval."""
+    def _start(
+        self, spark: SparkSession, max_offsets: int, trigger: dict[str, Any]
+    ) -> StreamingQuery:
+        """The query with at most max_offsets records a batch, triggered as `trigger` says
+        (DataStreamWriter.trigger's keyword arguments)."""
         log.info(
-            "starting %s: topic %s -> %s (kafka %s)%s",
+            "starting %s: topic %s -> %s (kafka %s), trigger %s",
             self.query_name,
             self.flow.topic,
             self.table_uri,
             redact(self.kafka_conf),
-            f", {trigger}" if trigger else "",
+            trigger,
         )
         records = stream_records(
             spark,
@@ -233,13 +241,7 @@ class FlowStream:
             .queryName(self.query_name)
             .option("checkpointLocation", self.checkpoint)
         )
-        if trigger == "available now":
-            writer = writer.trigger(availableNow=True)
-        elif trigger == "first batch":
-            writer = writer.trigger(processingTime="1 day")
-        else:
-            writer = writer.trigger(processingTime=self.settings.trigger_interval)
-        query = writer.start()
+        query = writer.trigger(**trigger).start()
         if self.settings.progress_log is not None:
             self._progress_log = self._progress_log or ProgressLog(
                 self.settings.progress_log, self.query_name, self._batch_times
@@ -280,20 +282,19 @@ BATCH_GRACE_S = 60.0
 def finish_current_batch(query: StreamingQuery, grace_s: float = BATCH_GRACE_S) -> None:
     """Wait until no micro-batch is in flight (at most grace_s), so that a stop ends after a
     commit rather than abandoning work; an abandoned batch is replayed by the next run anyway."""
-    deadline = time.monotonic() + grace_s
 
     def last_batch() -> int:
         progress = query.lastProgress
         return int(progress["batchId"]) if progress else -1
 
     done = last_batch()
-    while (
-        query.isActive
-        and query.status["isTriggerActive"]
-        and last_batch() == done
-        and time.monotonic() < deadline
-    ):
-        time.sleep(0.05)
+
+    def settled() -> bool | None:
+        in_flight = query.isActive and query.status["isTriggerActive"] and last_batch() == done
+        return None if in_flight else True
+
+    with contextlib.suppress(TimeoutError):
+        poll_until(settled, timeout_s=grace_s, interval_s=0.05, timeout_error=TimeoutError)
 
 
 def run_query(

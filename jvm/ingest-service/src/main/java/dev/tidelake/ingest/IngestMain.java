@@ -27,7 +27,7 @@ import java.util.logging.Logger;
 
 /**
  * {@code java dev.tidelake.ingest.IngestMain <config.json>}: the ingest service, started by
- * {@code tidelake serve} (platform/calls/ingest_service.py), which checked the address and the
+ * {@code tidelake serve} (platform/calls/ingest_launcher.py), which checked the address and the
  * security settings first. Stdout carries two lines for the launcher: {@code listening <port>}
  * once serving, {@code unacknowledged <n>} after a graceful stop (SIGTERM, or stdin closed because
  * the launcher is gone). A start-up failure is one line on stderr and exit code 2.
