@@ -2,7 +2,6 @@ package dev.tidelake.ingest;
 
 import com.google.protobuf.Any;
 import com.google.protobuf.Descriptors.Descriptor;
-import com.google.protobuf.Descriptors.FieldDescriptor;
 import com.google.protobuf.Descriptors.FileDescriptor;
 import com.google.protobuf.Descriptors.ServiceDescriptor;
 import com.google.protobuf.DynamicMessage;
@@ -15,7 +14,6 @@ import io.grpc.Grpc;
 import io.grpc.Metadata;
 import io.grpc.MethodDescriptor;
 import io.grpc.ServerCall;
-import io.grpc.ServerCallHandler;
 import io.grpc.ServerServiceDefinition;
 import io.grpc.Status;
 import io.grpc.protobuf.ProtoFileDescriptorSupplier;
@@ -29,7 +27,6 @@ import java.io.InputStream;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
 import java.nio.charset.StandardCharsets;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
 import java.util.concurrent.ExecutorService;
@@ -37,8 +34,6 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.atomic.AtomicInteger;
-import java.util.concurrent.atomic.AtomicIntegerArray;
 import java.util.logging.Level;
 import java.util.logging.Logger;
 
@@ -66,13 +61,11 @@ final class CallEventService {
             return thread;
           });
   private final StreamSlots slots;
-  private final EventWindow allStreams;
   private final AckDeadlines unaryDeadlines;
   private final ServiceDescriptor service;
   private final Descriptor callSid;
-  private final Descriptor batchResult;
-  private final Descriptor trackResult;
   private final Descriptor batch;
+  private final BatchStream.Shared streams;
 
   CallEventService(
       IngestConfig config,
@@ -91,11 +84,21 @@ final class CallEventService {
     this.service = file.findServiceByName("CallEventService");
     this.callSid = service.findMethodByName("getCallInfo").getInputType();
     this.batch = service.findMethodByName("trackCalls").getInputType();
-    this.batchResult = service.findMethodByName("trackCalls").getOutputType();
-    this.trackResult = batchResult.findFieldByName("refused").getMessageType();
     this.slots = new StreamSlots(config.streamsPerClient(), config.streamsTotal());
-    this.allStreams = new EventWindow(config.maxInFlightTotal(), resume);
     this.unaryDeadlines = new AckDeadlines(config.ackTimeoutMs(), timers);
+    this.streams =
+        new BatchStream.Shared(
+            contract,
+            batch,
+            new BatchAnswers(
+                service.findMethodByName("trackCalls").getOutputType(), contract.keyField()),
+            kafka,
+            timers,
+            config.ackTimeoutMs(),
+            config.maxInFlight(),
+            new EventWindow(config.maxInFlightTotal(), resume),
+            slots,
+            resume);
   }
 
   String name() {
@@ -173,7 +176,7 @@ final class CallEventService {
     AtomicBoolean answered = new AtomicBoolean();
     DynamicMessage reply =
         DynamicMessage.newBuilder(callSid).setField(callSid.findFieldByNumber(1), key).build();
-    String late = notInTime(waitMs);
+    String late = TopicProducer.notInTime(waitMs);
     Runnable expire = () -> answer.onError(unavailable(late));
     ScheduledFuture<?> expiry = null;
     if (ownDeadline) {  // the client's deadline is sooner than the shared ack timeout
@@ -219,18 +222,6 @@ final class CallEventService {
     }
   }
 
-  private static String notInTime(long waitMs) {
-    return "Kafka did not acknowledge the event within "
-        + seconds(waitMs)
-        + " s. "
-        + TopicProducer.RETRY_IS_SAFE;
-  }
-
-  /** Seconds as Python's {@code :g} writes them (3 s, 0.5 s), so the wording stays the same. */
-  private static String seconds(long ms) {
-    return ms % 1000 == 0 ? Long.toString(ms / 1000) : Double.toString(ms / 1000.0);
-  }
-
   // -- trackCalls --------------------------------------------------------------------------
 
   private ServerCall.Listener<DynamicMessage> trackCalls(
@@ -241,247 +232,10 @@ final class CallEventService {
       call.close(Status.RESOURCE_EXHAUSTED.withDescription(refusal), new Metadata());
       return new ServerCall.Listener<>() {};
     }
-    BatchStream stream = new BatchStream(call, client);
+    BatchStream stream = new BatchStream(call, client, streams);
     call.sendHeaders(new Metadata());
     call.request(1);
     return stream;
-  }
-
-  /** One trackCalls stream: a batch is read only when the stream, and all streams together,
-   * have room for its events; each batch is answered once every event of it is settled. */
-  private final class BatchStream extends ServerCall.Listener<DynamicMessage> {
-    private final ServerCall<DynamicMessage, DynamicMessage> call;
-    private final String client;
-    private final EventWindow window = new EventWindow(config.maxInFlight(), resume);
-    private int openBatches;
-    private boolean halfClosed;
-    private boolean closed;
-
-    BatchStream(ServerCall<DynamicMessage, DynamicMessage> call, String client) {
-      this.call = call;
-      this.client = client;
-    }
-
-    @Override
-    public void onMessage(DynamicMessage message) {
-      try {
-        receive(message);
-      } catch (RuntimeException e) {
-        LOG.log(Level.SEVERE, "trackCalls from " + client + " failed", e);
-        end(
-            Status.INTERNAL.withDescription(
-                "the ingest service failed on this stream; it logged why. The results you"
-                    + " received stand: send the batches without a result again (retrying is"
-                    + " safe)"));
-      }
-    }
-
-    private void receive(DynamicMessage message) {
-      long nowMs = System.currentTimeMillis();
-      long number = (Long) message.getField(batch.findFieldByName("batch"));
-      FieldDescriptor eventsField = batch.findFieldByName("events");
-      int size = message.getRepeatedFieldCount(eventsField);
-      List<DynamicMessage> refused = new ArrayList<>();
-      List<Integer> positions = new ArrayList<>(size);
-      List<DynamicMessage> events = new ArrayList<>(size);
-      for (int i = 0; i < size; i++) {
-        DynamicMessage event = (DynamicMessage) message.getRepeatedField(eventsField, i);
-        events.add(event);
-        List<FlowContract.Violation> problems = contract.violations(event, nowMs);
-        if (problems.isEmpty()) {
-          positions.add(i);
-        } else {
-          refused.add(refusal(i, event, Code.INVALID_ARGUMENT, joined(problems)));
-        }
-      }
-      BatchTracker tracker = new BatchTracker(this, number, events, positions, refused);
-      synchronized (this) {
-        openBatches++;
-      }
-      send(tracker, nowMs);
-    }
-
-    /** Sends the batch once both windows have room; parks it (and stops reading) until then.
-     * A batch still parked when its stream ends is dropped: nobody would hear its result. */
-    private void send(BatchTracker tracker, long nowMs) {
-      int count = tracker.positions.size();
-      synchronized (this) {
-        if (closed) {
-          openBatches--;
-          return;
-        }
-      }
-      if (!window.take(count, () -> send(tracker, nowMs))) {
-        return;
-      }
-      if (!allStreams.take(count, () -> {
-        window.giveBack(count);
-        send(tracker, nowMs);
-      })) {
-        return;
-      }
-      synchronized (this) {
-        if (!closed) {
-          call.request(1);
-        }
-      }
-      tracker.start(nowMs);
-    }
-
-    void finished(BatchTracker tracker) {
-      int count = tracker.positions.size();
-      window.giveBack(count);
-      allStreams.giveBack(count);
-      synchronized (this) {
-        openBatches--;
-        if (!closed) {
-          call.sendMessage(tracker.result());
-          if (halfClosed && openBatches == 0) {
-            closeOk();
-          }
-        }
-      }
-    }
-
-    @Override
-    public synchronized void onHalfClose() {
-      halfClosed = true;
-      if (openBatches == 0) {
-        closeOk();
-      }
-    }
-
-    private void closeOk() {
-      end(Status.OK);
-    }
-
-    private synchronized void end(Status status) {
-      if (!closed) {
-        closed = true;
-        call.close(status, new Metadata());
-        slots.giveBack(client);
-      }
-    }
-
-    @Override
-    public synchronized void onCancel() {
-      if (!closed) {
-        closed = true;
-        slots.giveBack(client);
-      }
-    }
-  }
-
-  /** One batch's answers from Kafka; finished after the last one, or at the ack timeout with the
-   * rest refused UNAVAILABLE (Kafka may still store them: retrying is safe). */
-  private final class BatchTracker {
-    private final BatchStream stream;
-    private final long number;
-    private final List<DynamicMessage> events;
-    final List<Integer> positions;
-    private final List<DynamicMessage> refused;
-    private final String[] failures;
-    /** Per record sent: 0 waiting for Kafka, 1 acknowledged, 2 refused (failures says why). */
-    private final AtomicIntegerArray states;
-    private final AtomicInteger waiting;
-    private final AtomicBoolean done = new AtomicBoolean();
-    private volatile ScheduledFuture<?> expiry;
-    private volatile String unanswered;
-
-    BatchTracker(
-        BatchStream stream,
-        long number,
-        List<DynamicMessage> events,
-        List<Integer> positions,
-        List<DynamicMessage> refused) {
-      this.stream = stream;
-      this.number = number;
-      this.events = events;
-      this.positions = positions;
-      this.refused = refused;
-      this.failures = new String[positions.size()];
-      this.states = new AtomicIntegerArray(positions.size());
-      this.waiting = new AtomicInteger(positions.size());
-    }
-
-    void start(long nowMs) {
-      if (positions.isEmpty()) {
-        finish(null);
-        return;
-      }
-      for (int p = 0; p < positions.size(); p++) {
-        DynamicMessage event = events.get(positions.get(p));
-        int position = p;
-        String key = (String) event.getField(contract.keyField());
-        try {
-          kafka.send(
-              key.getBytes(StandardCharsets.UTF_8),
-              event.toByteArray(),
-              nowMs,
-              (metadata, error) ->
-                  answered(position, error == null ? null : TopicProducer.notAcknowledged(error)));
-        } catch (TopicProducer.Unavailable e) {
-          for (int rest = p; rest < positions.size(); rest++) {
-            answered(rest, e.getMessage());
-          }
-          return;
-        }
-      }
-      long timeout = config.ackTimeoutMs();
-      expiry = timers.schedule(() -> finish(notInTime(timeout)), timeout, TimeUnit.MILLISECONDS);
-      if (done.get()) {
-        expiry.cancel(false);
-      }
-    }
-
-    private void answered(int position, String failure) {
-      failures[position] = failure;
-      states.set(position, failure == null ? 1 : 2);
-      if (waiting.decrementAndGet() == 0) {
-        finish(null);
-      }
-    }
-
-    private void finish(String unanswered) {
-      if (!done.compareAndSet(false, true)) {
-        return;
-      }
-      ScheduledFuture<?> timer = expiry;
-      if (timer != null) {
-        timer.cancel(false);
-      }
-      this.unanswered = unanswered;
-      stream.finished(this);
-    }
-
-    DynamicMessage result() {
-      List<DynamicMessage> all = new ArrayList<>(refused);
-      int accepted = 0;
-      for (int p = 0; p < positions.size(); p++) {
-        int state = states.get(p);
-        if (state == 1) {
-          accepted++;
-          continue;
-        }
-        String reason = state == 2 ? failures[p] : unanswered;
-        int index = positions.get(p);
-        all.add(refusal(index, events.get(index), Code.UNAVAILABLE, reason));
-      }
-      all.sort(
-          (a, b) ->
-              Integer.compare(
-                  (Integer) a.getField(trackResult.findFieldByName("index")),
-                  (Integer) b.getField(trackResult.findFieldByName("index"))));
-      DynamicMessage.Builder out =
-          DynamicMessage.newBuilder(batchResult)
-              .setField(batchResult.findFieldByName("batch"), number)
-              .setField(batchResult.findFieldByName("accepted"), accepted);
-      FieldDescriptor refusedField = batchResult.findFieldByName("refused");
-      for (DynamicMessage r : all) {
-        out.addRepeatedField(refusedField, r);
-      }
-      return out.build();
-    }
   }
 
   // -- getCallInfo -------------------------------------------------------------------------
@@ -530,26 +284,6 @@ final class CallEventService {
 
   // -- answers -----------------------------------------------------------------------------
 
-  private DynamicMessage refusal(int index, DynamicMessage event, Code code, String message) {
-    return DynamicMessage.newBuilder(trackResult)
-        .setField(trackResult.findFieldByName("index"), index)
-        .setField(trackResult.findFieldByName("call_sid"), event.getField(contract.keyField()))
-        .setField(trackResult.findFieldByName("code"), code.getNumber())
-        .setField(trackResult.findFieldByName("message"), message)
-        .build();
-  }
-
-  private static String joined(List<FlowContract.Violation> problems) {
-    StringBuilder out = new StringBuilder();
-    for (FlowContract.Violation p : problems) {
-      if (out.length() > 0) {
-        out.append("; ");
-      }
-      out.append(p);
-    }
-    return out.toString();
-  }
-
   private static RuntimeException invalidArgument(List<FlowContract.Violation> problems) {
     BadRequest.Builder details = BadRequest.newBuilder();
     for (FlowContract.Violation p : problems) {
@@ -561,7 +295,7 @@ final class CallEventService {
     return StatusProto.toStatusRuntimeException(
         com.google.rpc.Status.newBuilder()
             .setCode(Code.INVALID_ARGUMENT_VALUE)
-            .setMessage(joined(problems))
+            .setMessage(FlowContract.Violation.joined(problems))
             .addDetails(Any.pack(details.build()))
             .build());
   }

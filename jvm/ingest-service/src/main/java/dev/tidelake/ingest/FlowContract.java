@@ -30,6 +30,11 @@ final class FlowContract {
     public String toString() {
       return field + ": " + description;
     }
+
+    /** Several violations in one message, as the refusals word them. */
+    static String joined(List<Violation> problems) {
+      return String.join("; ", problems.stream().map(Violation::toString).toList());
+    }
   }
 
   private record Rule(

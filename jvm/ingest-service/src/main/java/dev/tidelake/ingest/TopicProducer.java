@@ -27,7 +27,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * cluster every few seconds that drives health. A send fails at once while Kafka is known to be
  * unreachable, instead of queueing events nobody will be told about in time.
  */
-final class TopicProducer implements AutoCloseable {
+final class TopicProducer implements RecordSender, AutoCloseable {
   static final String RETRY_IS_SAFE = "Retrying is safe: the stream drops repeats of a call_sid.";
   private static final Logger LOG = Logger.getLogger(IngestMain.LOGGER);
 
@@ -116,7 +116,8 @@ final class TopicProducer implements AutoCloseable {
    * (error null: acknowledged, else why it was not). Throws Unavailable at once when it cannot
    * take the record; {@code done} then never runs.
    */
-  void send(byte[] key, byte[] value, long timestampMs, Callback done) throws Unavailable {
+  @Override
+  public void send(byte[] key, byte[] value, long timestampMs, Callback done) throws Unavailable {
     String reason = down;
     if (reason != null) {
       throw new Unavailable("Kafka is unreachable: " + reason);
@@ -141,6 +142,16 @@ final class TopicProducer implements AutoCloseable {
       }
       throw new Unavailable(refusal(e));
     }
+  }
+
+  /** Why events are refused once the ack timeout has passed without Kafka's answer. */
+  static String notInTime(long waitMs) {
+    return "Kafka did not acknowledge the event within " + seconds(waitMs) + " s. " + RETRY_IS_SAFE;
+  }
+
+  /** Seconds as Python's {@code :g} writes them (3 s, 0.5 s), so the wording stays the same. */
+  private static String seconds(long ms) {
+    return ms % 1000 == 0 ? Long.toString(ms / 1000) : Double.toString(ms / 1000.0);
   }
 
   static String notAcknowledged(Exception error) {
