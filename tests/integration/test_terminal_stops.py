@@ -14,13 +14,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from lake_readers import read_delta
 from live_stream import BackgroundProducer, cli_available_now
 
+from tidelake.platform.local.process_group import stop_group
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.settings import kafka_client_env
 
@@ -32,6 +34,8 @@ SIGNALS = [(signal.SIGINT, "group"), (signal.SIGTERM, "process"), (signal.SIGTER
 
 class Command:
     """A tidelake command in its own process group, its output in a file."""
+
+    started: ClassVar[list[Command]] = []
 
     def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
         self.log = log
@@ -45,6 +49,7 @@ class Command:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        Command.started.append(self)
 
     def output(self) -> str:
         with self.log.open() as f:
@@ -83,6 +88,16 @@ class Command:
         assert code == 0, f"exit {code} after {sig.name} to the {to}:\n{output[-3000:]}"
         assert "Traceback" not in output and "Error" not in output, output[-3000:]
         return output
+
+
+@pytest.fixture(autouse=True)
+def no_command_left_running() -> Iterator[None]:
+    """Whatever a test asserts, the commands it started are stopped (SIGTERM, then SIGKILL):
+    a failed assertion once left a kafka-cluster running for 16 minutes."""
+    before = len(Command.started)
+    yield
+    for command in Command.started[before:]:
+        stop_group(command.process, grace_s=30)
 
 
 def _new_data_file(table: Path, known: set[Path], timeout_s: float = 120) -> None:
