@@ -1,9 +1,10 @@
 """The descriptor sets `make protos` writes next to a flow's generated code (no Spark needed).
 
 `<name>.binpb`, a FileDescriptorSet of `<name>.proto` and its imports, is what the JVM decoder
-reads (records/decode.py). It also keeps the .proto's comments (source_code_info), which the
-generated `<name>_pb2.py` leaves out: they are the contract's own words for each field, and
-document the flow's table columns (table_schema).
+reads (records/decode.py); a flow without one gets a set made from its generated code. The file
+also keeps the .proto's comments (source_code_info), which the generated `<name>_pb2.py` leaves
+out: they are the contract's own words for each field, and document the flow's table columns
+(table_schema).
 """
 
 from __future__ import annotations
@@ -29,19 +30,35 @@ class DescriptorSetError(SetupError, RuntimeError):
 
 
 def descriptor_set(flow: FlowSpec) -> bytes:
-    """The FileDescriptorSet `make protos` wrote next to the flow's generated module.
+    """The FileDescriptorSet the JVM decoder reads for the flow's message.
 
-    The decoder reads the message from it and the table schema comes from the generated code,
-    so the two must describe the same fields: a stale file is refused here, not as a Spark
-    schema mismatch later.
+    `<name>.binpb` next to the generated module when there is one (`make protos` writes it, with
+    the .proto's comments); it must describe the same fields as the generated code, so a stale
+    file is refused here, not as a Spark schema mismatch later. Without one (a team's project
+    that ran protoc for the Python code only) the set is made from the generated code itself:
+    the same message, without comments, so the table's columns carry no docs.
     """
     path = _descriptor_set_path(flow.message)
-    if path is None:
-        raise DescriptorSetError(
-            f"flow {flow.name}: {flow.message.DESCRIPTOR.full_name} has no generated module, "
-            "so no descriptor set: generate it from a .proto (`make protos`)"
-        )
-    return load_descriptor_set(path, flow.message.DESCRIPTOR.file)
+    if path is not None and path.exists():
+        return load_descriptor_set(path, flow.message.DESCRIPTOR.file)
+    return _generated_set(flow.message.DESCRIPTOR.file)
+
+
+def _generated_set(file: FileDescriptor) -> bytes:
+    """A FileDescriptorSet of file and its imports, imports first, from the generated code."""
+    ordered: list[descriptor_pb2.FileDescriptorProto] = []
+    seen: set[str] = set()
+
+    def add(f: FileDescriptor) -> None:
+        if f.name in seen:
+            return
+        seen.add(f.name)
+        for dependency in f.dependencies:
+            add(dependency)
+        ordered.append(_generated(f))
+
+    add(file)
+    return descriptor_pb2.FileDescriptorSet(file=ordered).SerializeToString()
 
 
 def proto_source(flow: FlowSpec) -> Path:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 from flows.order_pb2 import Order
-from google.protobuf import descriptor_pb2
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 
 from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming.calls.call_events import CALL_EVENTS
@@ -15,6 +15,7 @@ from tidelake.streaming.flow.descriptor_set import (
     load_descriptor_set,
 )
 from tidelake.streaming.flow.registry import FLOWS
+from tidelake.streaming.flow.spec import FlowSpec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,6 +42,42 @@ def test_a_stale_descriptor_set_is_refused_naming_the_fix(tmp_path: Path) -> Non
 def test_a_missing_descriptor_set_is_refused_naming_the_fix(tmp_path: Path) -> None:
     with pytest.raises(DescriptorSetError, match=r"call.binpb is missing: run `make protos`"):
         load_descriptor_set(tmp_path / "call.binpb", CallEvent.DESCRIPTOR.file)
+
+
+def test_a_flow_without_a_descriptor_set_file_gets_one_from_its_generated_code() -> None:
+    """A team's project may run protoc for the Python code only: the decoder still gets the
+    message and its imports (here Timestamp's), without comments."""
+    pool_file = descriptor_pb2.FileDescriptorProto(
+        name="built/at_run_time.proto",
+        package="built",
+        dependency=["google/protobuf/timestamp.proto"],
+        message_type=[
+            descriptor_pb2.DescriptorProto(
+                name="Ping",
+                field=[
+                    descriptor_pb2.FieldDescriptorProto(name="ping_id", number=1, type=9, label=1),
+                    descriptor_pb2.FieldDescriptorProto(name="at_ms", number=2, type=3, label=1),
+                    descriptor_pb2.FieldDescriptorProto(
+                        name="sent",
+                        number=3,
+                        type=11,
+                        label=1,
+                        type_name=".google.protobuf.Timestamp",
+                    ),
+                ],
+            )
+        ],
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    pool.Add(pool_file)
+    ping = message_factory.GetMessageClass(pool.FindMessageTypeByName("built.Ping"))
+    flow = FlowSpec(
+        name="pings", message=ping, topic="pings", key_field="ping_id", event_time_field="at_ms"
+    )
+    files = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set(flow)).file
+    assert [f.name for f in files] == ["google/protobuf/timestamp.proto", "built/at_run_time.proto"]
+    assert not files[-1].source_code_info.location
 
 
 def test_descriptor_sets_keep_the_protos_comments_which_generated_code_lacks() -> None:
