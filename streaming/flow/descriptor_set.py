@@ -58,7 +58,8 @@ def _generated_set(file: FileDescriptor) -> bytes:
         ordered.append(_generated(f))
 
     add(file)
-    return descriptor_pb2.FileDescriptorSet(file=ordered).SerializeToString()
+    data: bytes = descriptor_pb2.FileDescriptorSet(file=ordered).SerializeToString()
+    return data
 
 
 def proto_source(flow: FlowSpec) -> Path:
