@@ -34,6 +34,7 @@ from tidelake.platform.calls.ingest_listen import ListenError, ServiceSecurity, 
 from tidelake.platform.local.certificates import Certificates, make_certificates
 from tidelake.protos import service_pb2, service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent, CallSid
+from tidelake.streaming.polling import poll_until
 from tidelake.streaming.settings import kafka_client_env
 
 SETTINGS = IngestSettings(port=0, ack_timeout_s=3.0, health_interval_s=0.5, shutdown_grace_s=5)
@@ -79,6 +80,10 @@ class IdleStream:
         return
         yield  # a generator that yields nothing
 
+    def wait_open(self) -> None:
+        """Until the server has taken the stream: it sends the headers once it holds a slot."""
+        self.call.initial_metadata()
+
     def close(self) -> None:
         self._release.set()
         self.call.cancel()
@@ -93,7 +98,8 @@ def test_a_hundred_idle_streams_do_not_starve_calls_or_health(
     health = health_pb2_grpc.HealthStub(channel)
     idle = [IdleStream(stub) for _ in range(100)]
     try:
-        time.sleep(1)  # every stream is open on the server
+        for stream in idle:
+            stream.wait_open()
         for _ in range(50):
             assert stub.trackCall(call(), timeout=5).call_sid
             status = health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
@@ -114,7 +120,8 @@ def test_streams_beyond_the_cap_are_refused_with_resource_exhausted(serve: Any) 
     stub = service_pb2_grpc.CallEventServiceStub(channel)
     idle = [IdleStream(stub) for _ in range(3)]
     try:
-        time.sleep(0.5)
+        for stream in idle:
+            stream.wait_open()
         with pytest.raises(grpc.RpcError) as refused:
             list(stub.trackCalls(iter([]), timeout=10))
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -123,9 +130,23 @@ def test_streams_beyond_the_cap_are_refused_with_resource_exhausted(serve: Any) 
             "streams or send on one you already have open"
         )
         idle.pop().close()
-        time.sleep(0.5)
         batch = service_pb2.CallEventBatch(batch=7, events=[call()])
-        assert [r.batch for r in stub.trackCalls(iter([batch]), timeout=10)] == [7]
+
+        def answered_once_the_slot_is_back() -> list[int] | None:
+            try:
+                return [r.batch for r in stub.trackCalls(iter([batch]), timeout=10)]
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise
+                return None  # the server has not yet seen the cancel
+
+        answered = poll_until(
+            answered_once_the_slot_is_back,
+            timeout_s=30,
+            interval_s=0.05,
+            timeout_error=lambda _: AssertionError("the closed stream's slot never came back"),
+        )
+        assert answered == [7]
     finally:
         for stream in idle:
             stream.close()
