@@ -28,7 +28,6 @@ from typing import Any
 from tidelake.platform.local.kafka_broker import free_port
 from tidelake.platform.local.server_process import LocalServerProcess
 from tidelake.streaming.errors import SetupError, TidelakeError
-from tidelake.streaming.polling import poll_until
 from tidelake.streaming.settings import host_settings
 
 SEAWEEDFS_MODULE = "github.com/seaweedfs/seaweedfs"
@@ -258,27 +257,19 @@ class LocalS3Server(LocalServerProcess):
 
         client = self.client()
 
-        def answers() -> bool:
-            if (code := self._exited()) is not None:
-                raise S3ServerError(
-                    f"the local S3 server exited with code {code} during start-up; its log ends "
-                    f"with:\n{self.log_tail()}"
-                )
+        def answers() -> None:
             names = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
             if self.bucket not in names:
                 client.create_bucket(Bucket=self.bucket)
             client.put_object(Bucket=self.bucket, Key="_tidelake_ready", Body=b"")
-            return True
 
-        poll_until(
+        self._wait_answering(
             answers,
-            timeout_s=self._startup_timeout_s,
+            what="the local S3 server",
+            where=self.endpoint_url,
             interval_s=0.2,
-            timeout_error=lambda last: S3ServerError(
-                f"the local S3 server did not come up at {self.endpoint_url} within "
-                f"{self._startup_timeout_s:g}s ({last}); its log ends with:\n{self.log_tail()}"
-            ),
             not_yet=(BotoCoreError, ClientError),
+            error=S3ServerError,
         )
 
     def _cleanup(self) -> None:

@@ -33,7 +33,6 @@ from pathlib import Path
 from tidelake.platform.local.kafka_broker import free_port
 from tidelake.platform.local.server_process import LocalServerProcess
 from tidelake.streaming.errors import SetupError, TidelakeError
-from tidelake.streaming.polling import poll_until
 from tidelake.streaming.settings import host_settings
 from tidelake.streaming.spark.jars import java_executable, jvm_build
 
@@ -192,24 +191,17 @@ class LocalSchemaRegistry(LocalServerProcess):
     def wait_until_ready(self) -> None:
         """Until GET {url}/subjects answers (storage ready, REST endpoints up)."""
 
-        def answers() -> bool:
-            if (code := self._exited()) is not None:
-                raise RegistryServerError(
-                    f"the local schema registry exited with code {code} during start-up; its "
-                    f"log ends with:\n{self.log_tail()}"
-                )
+        def answers() -> None:
             with urllib.request.urlopen(self.url + "/subjects", timeout=2):
-                return True  # an HTTP error status raises HTTPError, an OSError
+                pass  # an HTTP error status raises HTTPError, an OSError
 
-        poll_until(
+        self._wait_answering(
             answers,
-            timeout_s=self._startup_timeout_s,
+            what="the local schema registry",
+            where=self.url,
             interval_s=0.1,
-            timeout_error=lambda last: RegistryServerError(
-                f"the local schema registry did not come up at {self.url} within "
-                f"{self._startup_timeout_s:g}s ({last}); its log ends with:\n{self.log_tail()}"
-            ),
             not_yet=(OSError,),
+            error=RegistryServerError,
         )
 
     def _cleanup(self) -> None:

@@ -15,12 +15,13 @@ import subprocess
 import tempfile
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Self
 
 from tidelake.platform.local.process_group import signal_group, stop_group
+from tidelake.streaming.polling import poll_until
 
 _LOG_TAIL_BYTES = 3000
 _live: weakref.WeakSet[LocalServerProcess] = weakref.WeakSet()
@@ -102,6 +103,40 @@ class LocalServerProcess:
         """The server's exit code if it ended (during start-up: a failure), else None."""
         assert self._process is not None
         return self._process.poll()
+
+    def _wait_answering(
+        self,
+        answers: Callable[[], object],
+        *,
+        what: str,
+        where: str,
+        interval_s: float,
+        not_yet: tuple[type[Exception], ...],
+        error: Callable[[str], Exception],
+    ) -> None:
+        """Call answers() until it returns without a `not_yet` error. The server exiting, or
+        the start-up timeout passing, ends the wait with `error`, naming `what` (the server),
+        `where` it was asked and the tail of its log."""
+
+        def ready() -> bool:
+            if (code := self._exited()) is not None:
+                raise error(
+                    f"{what} exited with code {code} during start-up; its log ends with:\n"
+                    f"{self.log_tail()}"
+                )
+            answers()
+            return True
+
+        poll_until(
+            ready,
+            timeout_s=self._startup_timeout_s,
+            interval_s=interval_s,
+            timeout_error=lambda last: error(
+                f"{what} did not come up at {where} within {self._startup_timeout_s:g}s "
+                f"({last}); its log ends with:\n{self.log_tail()}"
+            ),
+            not_yet=not_yet,
+        )
 
     def kill(self) -> None:
         """SIGKILL the server (a crash), keeping its folder."""
