@@ -427,7 +427,12 @@ def _dagster_dev(options: DevOptions, env: Mapping[str, str]) -> Iterator[subpro
     web = DagsterWeb(f"http://{options.host}:{options.port}")
     command = _dagster_command(options)
     with _process_group(
-        command, env, DAGSTER_STOP_GRACE_S, name="dg dev", leader_only=True
+        command,
+        env,
+        DAGSTER_STOP_GRACE_S,
+        name="dg dev",
+        leader_only=True,
+        stop_signal=signal.SIGINT,  # what dg dev shuts down on, as from a terminal
     ) as dagster:
         try:
             yield dagster
@@ -455,31 +460,38 @@ def _process_group(
     *,
     name: str,
     leader_only: bool = False,
+    stop_signal: signal.Signals = signal.SIGTERM,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A child in its own process group; on exit SIGINT to the group (or, with leader_only, to
-    the child alone, which stops its own children), then SIGKILL to the group after grace,
-    reported as one line if it was still running."""
+    """A child in its own process group; on exit stop_signal to the group (or, with
+    leader_only, to the child alone, which stops its own children), then SIGKILL to the group
+    after grace, reported as one line if it was still running. SIGTERM suits tidelake's own
+    commands: it stops them as Ctrl-C does once they run, and quietly while their interpreter
+    still starts, where a SIGINT printed a KeyboardInterrupt traceback."""
     process = subprocess.Popen(command, env=dict(env), start_new_session=True)
     try:
         yield process
     finally:
         running = process.poll() is None
-        stop_process_group(process, grace_s, leader_only=leader_only)
+        stop_process_group(process, grace_s, leader_only=leader_only, stop_signal=stop_signal)
         if running:
             _say(f"stopped {name}")
 
 
 def stop_process_group(
-    process: subprocess.Popen[bytes], grace_s: float, *, leader_only: bool = False
+    process: subprocess.Popen[bytes],
+    grace_s: float,
+    *,
+    leader_only: bool = False,
+    stop_signal: signal.Signals = signal.SIGINT,
 ) -> None:
-    """SIGINT the child's group (or only the child), wait up to grace_s for the group to empty,
-    then SIGKILL what is left."""
+    """stop_signal to the child's group (or only the child), wait up to grace_s for the group
+    to empty, then SIGKILL what is left."""
     pgid = process.pid
     with contextlib.suppress(ProcessLookupError):
         if leader_only:
-            process.send_signal(signal.SIGINT)
+            process.send_signal(stop_signal)
         else:
-            os.killpg(pgid, signal.SIGINT)
+            os.killpg(pgid, stop_signal)
 
     def gone() -> bool | None:
         process.poll()  # reaps the leader once it exits

@@ -64,14 +64,18 @@ def test_stop_process_group_kills_what_ignores_sigint(tmp_path: Path) -> None:
         "time.sleep(60)\n"
     )
     process = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
-    time.sleep(1.0)
-    family = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
-    assert len(family) == 2
+    parent = psutil.Process(process.pid)
+
+    def ignoring() -> list[psutil.Process] | None:
+        family = [parent, *parent.children()]
+        return family if len(family) == 2 and all(map(_ignores_sigint, family)) else None
+
+    family = wait_for(ignoring, 30, "both processes ignoring SIGINT", 0.05)
     started = time.monotonic()
     stop_process_group(process, grace_s=1.0)
     assert time.monotonic() - started < 10
-    time.sleep(0.5)
-    assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    _, alive = psutil.wait_procs(family, timeout=10)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
 
 
 def test_ctrl_c_while_seeding_history_stops_cleanly(
@@ -105,22 +109,25 @@ def test_ctrl_c_while_seeding_history_stops_cleanly(
         lines.append(line.rstrip())
         if "seeding" in line:
             break
-    time.sleep(2)  # the seeding producer is sending
-    family = psutil.Process(process.pid).children(recursive=True)
-    assert any("produce" in " ".join(p.cmdline()) for p in family), lines
+
+    def seeding() -> list[psutil.Process] | None:
+        family = psutil.Process(process.pid).children(recursive=True)
+        return family if any("produce" in " ".join(p.cmdline()) for p in family) else None
+
+    family = wait_for(seeding, 60, f"the seeding producer: {lines}", 0.1)
     process.send_signal(signal.SIGINT)
     _, rest = process.communicate(timeout=60)
     lines += rest.splitlines()
     assert process.returncode == 0, lines
-    assert not [line for line in lines if "Traceback" in line or line.startswith("Error")]
+    assert not [line for line in lines if "Traceback" in line or line.startswith("Error")], lines
     said = [line for line in lines if line.startswith("tidelake dev: st")]
     assert said == [
         "tidelake dev: stopping (SIGINT)",
         "tidelake dev: stopped seeding call-events",
         "tidelake dev: stopped the ingest service",
     ], lines
-    time.sleep(0.5)
-    assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    _, alive = psutil.wait_procs(family, timeout=30)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
 
 
 def test_dg_check_defs_loads_the_definitions() -> None:
@@ -179,6 +186,12 @@ def test_both_entry_points_serve_the_code_location_and_stop_on_ctrl_c(
         stop_process_group(process, 5.0)
 
 
+def _ignores_sigint(process: psutil.Process) -> bool:
+    status = Path(f"/proc/{process.pid}/status").read_text()
+    ignored = next(line for line in status.splitlines() if line.startswith("SigIgn:"))
+    return bool(int(ignored.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -191,17 +204,15 @@ CLI = [sys.executable, "-m", "tidelake.platform.cli"]
 def _client_settings(process: subprocess.Popen[bytes], client_env: Path, log: Path) -> dict:
     """The settings `tidelake dev` leaves for another shell, once written: readable by the user
     alone, `export NAME=value` lines."""
-    deadline = time.monotonic() + 120
-    while not client_env.exists():
-        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.5)
+
+    def written() -> str | None:
+        assert process.poll() is None, log.read_text()
+        text = client_env.read_text() if client_env.exists() else ""
+        return text if text.endswith("\n") else None  # created, then written in one go
+
+    text = wait_for(written, 120, str(client_env), 0.2)
     assert client_env.stat().st_mode & 0o077 == 0
-    time.sleep(0.2)  # written in one go right after creation
-    return dict(
-        line.removeprefix("export ").split("=", 1)
-        for line in client_env.read_text().split("\n")
-        if line
-    )
+    return dict(line.removeprefix("export ").split("=", 1) for line in text.splitlines() if line)
 
 
 def _dev_check(port: int, env: dict[str, str], log: Path) -> subprocess.CompletedProcess[str]:
@@ -218,60 +229,24 @@ def _dev_check(port: int, env: dict[str, str], log: Path) -> subprocess.Complete
     return check
 
 
-def test_dev_on_the_s3_server_comes_up_green(
-    kafka_conf: dict[str, Any], call_events_topic: str, tmp_path: Path
-) -> None:
-    """`tidelake dev --s3` (what `make dev-s3` runs): its own S3 server, the lake and the
-    checkpoints on it, and `tidelake dev-check` (the UI's own API: assets, sensor RUNNING, a
-    STARTED stream run, rows in the table) passes as on the local disk."""
-    port = _free_port()
-    env = {
-        **os.environ,
-        **kafka_client_env(kafka_conf),
-        "DAGSTER_HOME": str(tmp_path / "dagster_home"),
-        "TIDELAKE_HOME": str(tmp_path / "home"),
-        "TIDELAKE_TRIGGER_INTERVAL": "1 second",
-    }
-    command = [*CLI, "dev", "--s3", "--rate", "50"]
-    command += ["--history-days", "0", "--port", str(port), "--ingest-port", str(_free_port())]
-    log = tmp_path / "dev.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    client_env = tmp_path / "home" / "s3" / "client.env"
-    try:
-        exported = _client_settings(process, client_env, log)  # the key's file: 0600
-        check = _dev_check(port, {**env, **exported}, log)
-        said = log.read_text(errors="replace")
-        assert "rows in s3://tidelake/lake/call_events" in check.stdout, check.stdout
-        assert "S3 server (SeaweedFS) at http://127.0.0.1:" in said
-        secret = exported["AWS_SECRET_ACCESS_KEY"]
-        assert secret not in said + check.stdout + check.stderr
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=120)
-    assert process.returncode == 0, log.read_text(errors="replace")[-3000:]
-
-
-def test_dev_on_the_secured_broker_comes_up_green_with_a_user_per_process(
+def test_dev_on_the_s3_server_and_the_secured_broker_comes_up_green_with_a_user_per_process(
     tmp_path: Path,
 ) -> None:
-    """`tidelake dev --secured-kafka` (what `make dev-secured` runs): a secured broker of its
-    own (SASL_SSL, SCRAM-SHA-512, ACLs), the ingest service and producers as `ingest`, `dg dev`
-    as `dagster`, the admin's settings in a 0600 file for another shell, where `tidelake
-    dev-check` passes; no password is printed or left in a log or file, and Ctrl-C cleans up."""
+    """`tidelake dev --s3 --secured-kafka` (`make dev-s3` and `make dev-secured` at once; the
+    plain stack is test_platform_e2e's): its own S3 server with the lake and the checkpoints on
+    it, and a secured broker of its own (SASL_SSL, SCRAM-SHA-512, ACLs); the ingest service and
+    producers as `ingest`, `dg dev` as `dagster`; each server's client settings in a 0600 file
+    for another shell, where `tidelake dev-check` passes; no password or key is printed or left
+    in a log or file, and Ctrl-C cleans up."""
     port = _free_port()
     home = tmp_path / "home"
     env = {
         **{name: value for name, value in os.environ.items() if not name.startswith("KAFKA_")},
         "DAGSTER_HOME": str(tmp_path / "dagster_home"),
         "TIDELAKE_HOME": str(home),
-        "TIDELAKE_LAKE": str(tmp_path / "lake"),
-        "TIDELAKE_CHECKPOINTS": str(tmp_path / "checkpoints"),
         "TIDELAKE_TRIGGER_INTERVAL": "1 second",
     }
-    command = [*CLI, "dev", "--secured-kafka", "--rate", "50", "--history-days", "0"]
+    command = [*CLI, "dev", "--s3", "--secured-kafka", "--rate", "50", "--history-days", "0"]
     command += ["--port", str(port), "--ingest-port", str(_free_port())]
     log = tmp_path / "dev.log"
     with log.open("wb") as out:
@@ -280,13 +255,15 @@ def test_dev_on_the_secured_broker_comes_up_green_with_a_user_per_process(
         )
     client_env = home / "kafka-secured" / "client.env"
     try:
+        s3_exported = _client_settings(process, home / "s3" / "client.env", log)  # its key: 0600
         exported = _client_settings(process, client_env, log)  # the admin's password: 0600
         assert exported["KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
         assert exported["KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
         assert exported["KAFKA_SASL_USERNAME"] == "admin"
-        check = _dev_check(port, {**env, **exported}, log)
+        check = _dev_check(port, {**env, **s3_exported, **exported}, log)
         said = log.read_text(errors="replace")
-        assert f"rows in {tmp_path / 'lake' / 'call_events'}" in check.stdout, check.stdout
+        assert "rows in s3://tidelake/lake/call_events" in check.stdout, check.stdout
+        assert "S3 server (SeaweedFS) at http://127.0.0.1:" in said
         bootstrap = exported["KAFKA_BOOTSTRAP_SERVERS"]
         assert (
             f"tidelake dev: secured Kafka broker at {bootstrap} (SASL_SSL, SCRAM-SHA-512, ACLs"
@@ -318,9 +295,11 @@ def test_dev_on_the_secured_broker_comes_up_green_with_a_user_per_process(
     assert process.returncode == 0, said[-3000:]
     assert not client_env.exists()
     assert "tidelake dev: stopped the secured Kafka broker" in said
-    for password in passwords.values():
-        assert password not in said + check.stdout + check.stderr
+    secrets = [*passwords.values(), s3_exported["AWS_SECRET_ACCESS_KEY"]]
+    for secret in secrets:
+        assert secret not in said + check.stdout + check.stderr
+    own = [home / "s3", home / "kafka-secured" / "tls" / "users.json"]  # the servers' own files
     for path in tmp_path.rglob("*"):  # the logs of Dagster, its runs, Spark and the broker
-        if path.is_file() and path.name != "users.json":
+        if path.is_file() and not any(path == o or o in path.parents for o in own):
             content = path.read_bytes()
-            assert not [p for p in passwords.values() if p.encode() in content], path
+            assert not [p for p in secrets if p.encode() in content], path
