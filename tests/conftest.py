@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import signal
 import socket
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -34,6 +35,14 @@ from tidelake.streaming.kafka.admin import delete_topic
 from tidelake.streaming.settings import kafka_client_config
 
 KINDS = ("unit", "integration", "e2e")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started as a background job (`make test &` in a script, nohup) inherits Ctrl-C
+    ignored, and so would every command it starts, which then never sees the Ctrl-C that the
+    stop tests send: such a run hung them for two minutes each. Ctrl-C is delivered again."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -387,7 +387,7 @@ def test_partition_backfill_from_graphql_rebuilds_closed_days(stack: Stack) -> N
             status if status.startswith("COMPLETED") or status in ("FAILED", "CANCELED") else None
         )
 
-    status = wait_for(finished, 240, f"backfill {backfill} of {days}")
+    status = wait_for(finished, 600, f"backfill {backfill} of {days}")  # loaded: 240+ s
     assert status in ("COMPLETED", "COMPLETED_SUCCESS"), stack.tail()
     found = _materialized(stack, ["lake", "call_events"])
     runs = {found[d]["runId"] for d in days}

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from confluent_kafka import Producer
-from kafka_topics import ON_BOTH_STORES_AND_KAFKAS, read_values
+from kafka_topics import ON_SECURED_S3, read_values
 from lake_readers import read_delta
 from pyspark.sql import functions as F
 
@@ -109,7 +109,7 @@ def send_burst(
         )
 
 
-@ON_BOTH_STORES_AND_KAFKAS
+@ON_SECURED_S3
 def test_finds_incidents_reloads_models_and_restarts_at_the_latest_offsets(
     spark: Any,
     kafka_conf: dict[str, Any],

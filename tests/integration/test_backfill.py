@@ -11,10 +11,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from confluent_kafka import Producer
-from kafka_topics import KEEP_FOREVER, ON_BOTH_KAFKAS, set_retention
+from kafka_topics import KEEP_FOREVER, ON_LOCAL_AND_SECURED_S3, set_retention
 from lake_readers import delta_version, duckdb_query, read_delta
 from live_stream import BackgroundProducer, produce_and_stream, running_stream, wait_for_rows
-from stores import ON_BOTH_STORES
 
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.streaming.batch.backfill import (
@@ -68,8 +67,7 @@ def test_kafka_time_index_bounds_unordered_timestamps(
         probe.close()
 
 
-@ON_BOTH_STORES
-@ON_BOTH_KAFKAS
+@ON_LOCAL_AND_SECURED_S3
 def test_backfill_rebuilds_what_the_stream_wrote_and_is_idempotent(
     spark: Any, kafka_conf: dict[str, Any], kafka_as: Any, flow: Any, engine_settings: Any
 ) -> None:

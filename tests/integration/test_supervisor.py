@@ -423,6 +423,7 @@ def test_the_anomaly_detector_is_supervised_like_a_stream(
     assert not result.run_requests and "is STARTED" in result.skip_reason.skip_message
 
 
+@pytest.mark.parametrize("make_instance", ["sqlite"], indirect=True)  # Kafka's line is the subject
 def test_a_stream_refused_by_kafka_shows_kafkas_line_not_a_silent_restart_loop(
     make_instance: Any,
     secured_local_broker: LocalKafkaBroker,

@@ -256,7 +256,7 @@ def test_flow_modules_add_a_deployments_own_flows(tmp_path, monkeypatch):
     from tidelake.streaming.flow.registry import declared_flows
     from tidelake.streaming.settings import EngineSettings
 
-    (tmp_path / "team_flows.py").write_text(
+    (tmp_path / "unit_team_flows.py").write_text(
         "import dataclasses\nfrom flows import PAGE_VIEWS\n"
         "FLOWS = [dataclasses.replace(PAGE_VIEWS, name='team_views')]\n"
     )
@@ -265,9 +265,9 @@ def test_flow_modules_add_a_deployments_own_flows(tmp_path, monkeypatch):
         "from tidelake.streaming.calls.call_events import CALL_EVENTS\nFLOWS = [CALL_EVENTS]\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("TIDELAKE_FLOW_MODULES", " team_flows , ")
+    monkeypatch.setenv("TIDELAKE_FLOW_MODULES", " unit_team_flows , ")
     modules = EngineSettings().flow_modules
-    assert modules == ["team_flows"]
+    assert modules == ["unit_team_flows"]
     assert set(declared_flows(modules)) == {"call_events", "team_views"}
     assert declared_flows() == FLOWS
     for module, problem in [
