@@ -12,6 +12,14 @@ from pathlib import Path
 import psutil
 
 
+def signal_in_mask(pid: int, mask: str, sig: signal.Signals) -> bool:
+    """Whether sig is in one of the process's signal masks in /proc (SigIgn: ignored, SigCgt:
+    caught by a handler)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    line = next(line for line in status.splitlines() if line.startswith(f"{mask}:"))
+    return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
+
+
 def gone(pid: int, timeout_s: float = 5.0) -> bool:
     """True once pid has exited; an orphan stays a zombie until init reaps it, which counts."""
     deadline = time.monotonic() + timeout_s

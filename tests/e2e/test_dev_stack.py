@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+from process_states import signal_in_mask
 
 from tidelake.platform.dev.dagster_web import DagsterWeb, wait_for
 from tidelake.platform.dev.stack import dagster_home, stop_process_group
@@ -68,7 +69,8 @@ def test_stop_process_group_kills_what_ignores_sigint(tmp_path: Path) -> None:
 
     def ignoring() -> list[psutil.Process] | None:
         family = [parent, *parent.children()]
-        return family if len(family) == 2 and all(map(_ignores_sigint, family)) else None
+        ignoring = [p for p in family if signal_in_mask(p.pid, "SigIgn", signal.SIGINT)]
+        return family if len(family) == len(ignoring) == 2 else None
 
     family = wait_for(ignoring, 30, "both processes ignoring SIGINT", 0.05)
     started = time.monotonic()
@@ -184,12 +186,6 @@ def test_both_entry_points_serve_the_code_location_and_stop_on_ctrl_c(
         assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
     finally:
         stop_process_group(process, 5.0)
-
-
-def _ignores_sigint(process: psutil.Process) -> bool:
-    status = Path(f"/proc/{process.pid}/status").read_text()
-    ignored = next(line for line in status.splitlines() if line.startswith("SigIgn:"))
-    return bool(int(ignored.split()[1], 16) & (1 << (signal.SIGINT - 1)))
 
 
 def _free_port() -> int:

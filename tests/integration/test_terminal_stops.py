@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import pytest
 from lake_readers import read_delta
 from live_stream import BackgroundProducer, cli_available_now
+from process_states import signal_in_mask
 
 from tidelake.platform.local.process_group import stop_group
 from tidelake.streaming.calls.call_events import CALL_EVENTS
@@ -67,12 +68,7 @@ class Command:
         """Wait until the process has a handler for sig (its SigCgt mask in /proc)."""
         deadline = time.monotonic() + timeout_s
         while True:
-            status = Path(f"/proc/{self.process.pid}/status").read_text()
-            caught = int(
-                next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1],
-                16,
-            )
-            if caught & (1 << (sig - 1)):
+            if signal_in_mask(self.process.pid, "SigCgt", sig):
                 return
             assert time.monotonic() < deadline, f"no {sig.name} handler in {timeout_s:g} s"
             time.sleep(0.01)
