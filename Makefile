@@ -33,7 +33,7 @@ JAVA   := $(shell find jvm/spark-extensions/src/main jvm/ingest-service/src/main
 
 $(STAMP): pyproject.toml setup.py jvm/pom.xml jvm/spark-jars/pom.xml jvm/kafka-broker/pom.xml jvm/spark-extensions/pom.xml jvm/ingest-service/pom.xml $(JAVA)
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
-	@command -v mvn >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq -o DPkg::Lock::Timeout=600 && apt-get install -y -qq -o DPkg::Lock::Timeout=600 maven >/dev/null; } || { echo "need Maven 3.8+ (Debian package maven) for the JVM jars"; exit 1; }
+	@command -v mvn >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq maven >/dev/null; } || { echo "need Maven 3.8+ (Debian package maven) for the JVM jars"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"
@@ -57,13 +57,7 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# what the suite needs, built side by side: the Go build of the S3 server takes a core while
-# Maven and apt wait on the network; one Maven at a time (~/.m2 has no lock of its own)
-MAVEN_ALONE := flock $(VENV)/.maven.lock
-TEST_SETUP := check-protos lint typecheck jvm-test test-packages s3-server schema-registry
-
-test:
-	$(MAKE) --no-print-directory -j4 --output-sync=target $(TEST_SETUP)
+test: check-protos lint typecheck jvm-test test-packages s3-server schema-registry
 	$(BIN)/pytest --timeout=900 --durations=40
 
 # SeaweedFS, the S3 server of the tests and of make dev-s3, built once per machine into the cache
@@ -72,7 +66,7 @@ s3-server: $(STAMP)
 
 # Apicurio Registry (Confluent's registry API), built from Maven Central into the cache, once
 schema-registry: $(STAMP)
-	$(MAVEN_ALONE) $(BIN)/tidelake install-schema-registry
+	$(BIN)/tidelake install-schema-registry
 
 # chromium and postgresql from Debian, for the browser and distributed tests (when this user can)
 test-packages:
@@ -81,7 +75,7 @@ test-packages:
 # the JUnit tests check the Java against what the FlowSpecs export, written here first
 jvm-test: $(STAMP)
 	$(BIN)/python scripts/export_jvm_test_data.py jvm/target/test-data
-	$(MAVEN_ALONE) mvn -B -ntp -f jvm/pom.xml test
+	mvn -B -ntp -f jvm/pom.xml test
 
 typecheck: $(STAMP)
 	$(BIN)/python scripts/typecheck.py

@@ -18,6 +18,5 @@ else
   exit 0
 fi
 echo "make test: installing Debian packages: ${missing[*]}"
-"${sudo[@]}" apt-get update -qq -o DPkg::Lock::Timeout=600
-DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq -o DPkg::Lock::Timeout=600 \
-  "${missing[@]}" >/dev/null
+"${sudo[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
