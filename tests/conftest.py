@@ -17,6 +17,7 @@ AWS variables set here. Tests on S3 ask for `engine_settings` with the param "s3
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -40,9 +41,19 @@ KINDS = ("unit", "integration", "e2e")
 def pytest_configure(config: pytest.Config) -> None:
     """A suite started as a background job (`make test &` in a script, nohup) inherits Ctrl-C
     ignored, and so would every command it starts, which then never sees the Ctrl-C that the
-    stop tests send: such a run hung them for two minutes each. Ctrl-C is delivered again."""
+    stop tests send: such a run hung them for two minutes each. Ctrl-C is delivered again.
+
+    The commands and runs the suite starts get SHORT_LIVED_DRIVERS unless TIDELAKE_SPARK_CONF
+    is set already."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.environ.setdefault("TIDELAKE_SPARK_CONF", json.dumps(SHORT_LIVED_DRIVERS))
+
+
+SHORT_LIVED_DRIVERS = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+"""Spark settings of the drivers the suite's commands and Dagster runs start: each lives for
+seconds to minutes, so the JIT's C1 tier alone (no C2 compiles) is cheaper; measured on 13
+stream tests: 275 s -> 230 s of wall time, 427 s -> 324 s of CPU. Production keeps both tiers."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

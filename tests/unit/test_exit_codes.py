@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -106,3 +108,20 @@ def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
     result = CliRunner().invoke(cli.main, ["stream", "call_events", "--available-now"])
     assert isinstance(result.exception, RuntimeError)
     assert result.exit_code == 1
+
+
+def test_a_stop_while_starting_exits_0_even_from_inside_an_exec_of_a_string() -> None:
+    """CPython 3.11 exits by SIGINT once a plain KeyboardInterrupt has left an exec() of a
+    string, caught or not; dataclasses runs one per class at import, where a start-up Ctrl-C
+    lands. The start-up handler's own exception does not mark the process."""
+    program = (
+        "import os, signal\n"
+        "from tidelake.platform.cli import _stop_while_starting\n"
+        "signal.signal(signal.SIGINT, _stop_while_starting)\n"
+        "try:\n"
+        "    exec('import os, signal; os.kill(os.getpid(), signal.SIGINT)')\n"
+        "except KeyboardInterrupt:\n"
+        "    print('stopped')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, "stopped\n"), done.stderr
