@@ -607,7 +607,7 @@ def make_site(
 
 @contextlib.contextmanager
 def webserver(site: Site, env: dict[str, str]) -> Iterator[str]:
-    from tidelake.platform.local.kafka_broker import free_port
+    from tidelake.platform.local.ports import free_port
 
     port = free_port()
     log = open(site.home / "webserver.log", "w")  # noqa: SIM115

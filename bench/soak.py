@@ -46,8 +46,8 @@ import numpy as np
 import psutil
 from common import wait_for, write_figures
 
-from tidelake.platform.local.kafka_broker import free_port
 from tidelake.platform.local.kafka_cluster import LocalKafkaCluster
+from tidelake.platform.local.ports import free_port
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.stream.status import committed_batch, kafka_ends, stream_lag

@@ -152,13 +152,14 @@ def broker() -> None:
     .tidelake), where other tidelake commands started from this directory find it. Topics and
     data are kept in $TIDELAKE_HOME/kafka across restarts.
     """
-    from tidelake.platform.local.kafka_broker import (
+    _configure_logging()
+    from tidelake.platform.local.recorded_broker import (
         broker_state_file,
         kept_data_dir,
         run_foreground,
     )
 
-    sys.exit(run_foreground(broker_state_file(), kept_data_dir()))
+    run_foreground(broker_state_file(), kept_data_dir())
 
 
 @main.command("spark-cluster")
@@ -173,7 +174,7 @@ def spark_cluster(workers: int, cores: int, memory: str) -> None:
     `tidelake stream`, `tidelake dev` or a Dagster deployment to run the engine on it."""
     _configure_logging()
     from tidelake.platform.local.spark_cluster import LocalSparkCluster
-    from tidelake.streaming.stream.runner import graceful_stop_signals
+    from tidelake.streaming.stream.stop_signals import graceful_stop_signals
 
     with graceful_stop_signals(stopping="stopping the Spark cluster") as stop:
         cluster = LocalSparkCluster(workers=workers, cores=cores, worker_memory=memory)
@@ -198,7 +199,7 @@ def kafka_cluster(nodes: int, min_insync: int) -> None:
     KAFKA_BOOTSTRAP_SERVERS=...: set it for `tidelake dev`, `serve` or `stream`."""
     _configure_logging()
     from tidelake.platform.local.kafka_cluster import LocalKafkaCluster
-    from tidelake.streaming.stream.runner import graceful_stop_signals
+    from tidelake.streaming.stream.stop_signals import graceful_stop_signals
 
     if min_insync > nodes:
         raise click.BadParameter(f"at most --nodes ({nodes})", param_hint="'--min-insync'")
@@ -392,27 +393,14 @@ def produce(
         raise click.UsageError(
             "--via-service sends call_events with --days 1 (the service stamps arrival times)"
         )
-    from tidelake.platform.dev.produce import produce_demo_events
-    from tidelake.streaming.calls.demo_events import incident_schedule
+    from tidelake.platform.dev.produce import (
+        DemoTraffic,
+        produce_demo_events,
+        send_demo_events_to_service,
+    )
+    from tidelake.streaming.calls.demo_events import incident_schedule, with_incidents
 
-    incidents = None
-    if incident_every is not None:
-        if spec.name != "call_events":
-            raise click.UsageError("--incident-every is for call_events")
-        now_ms = time.time_ns() // 1_000_000
-        horizon_s = duration if duration is not None else 7 * 86_400
-        incidents = incident_schedule(
-            now_ms, now_ms + int(horizon_s * 1000), incident_every, incident_length
-        )
-    from tidelake.streaming.kafka.admin import check_reachable, ensure_topic
-    from tidelake.streaming.settings import kafka_client_config
-
-    conf = kafka_client_config()
-    check_reachable(conf, kafka_timeout)
-    ensure_topic(conf, spec.topic, spec.topic_partitions)
-    report = produce_demo_events(
-        spec,
-        conf,
+    traffic = DemoTraffic(
         count=count,
         rate=rate,
         duration_s=duration,
@@ -421,10 +409,26 @@ def produce(
         duplicate_share=duplicate_share,
         days=days,
         seed=seed,
-        progress=progress,
-        via_service=via_service,
-        incidents=incidents,
     )
+    if incident_every is not None:
+        if spec.name != "call_events":
+            raise click.UsageError("--incident-every is for call_events")
+        now_ms = time.time_ns() // 1_000_000
+        horizon_s = duration if duration is not None else 7 * 86_400
+        incidents = incident_schedule(
+            now_ms, now_ms + int(horizon_s * 1000), incident_every, incident_length
+        )
+        traffic["change_event"] = lambda event, rng: with_incidents(event, incidents, rng)
+    from tidelake.streaming.kafka.admin import check_reachable, ensure_topic
+    from tidelake.streaming.settings import kafka_client_config
+
+    conf = kafka_client_config()
+    check_reachable(conf, kafka_timeout)
+    ensure_topic(conf, spec.topic, spec.topic_partitions)
+    if via_service:
+        report = send_demo_events_to_service(spec, conf, via_service, progress=progress, **traffic)
+    else:
+        report = produce_demo_events(spec, conf, progress=progress, **traffic)
     click.echo(report.summary())
 
 
@@ -478,7 +482,8 @@ def stream(
         extra[key.strip()] = value
     _configure_logging()
     from tidelake.streaming.settings import kafka_client_config, load_engine_settings
-    from tidelake.streaming.stream.runner import graceful_stop_signals, run_flow_stream
+    from tidelake.streaming.stream.runner import run_flow_stream
+    from tidelake.streaming.stream.stop_signals import graceful_stop_signals
 
     # settings first: a wrong one is reported even without a broker
     settings = load_engine_settings(
@@ -585,7 +590,7 @@ def serve(
     from tidelake.streaming.calls.call_events import CALL_EVENTS
     from tidelake.streaming.kafka.admin import KafkaUnreachableError, check_reachable, ensure_topic
     from tidelake.streaming.settings import host_settings, load_engine_settings
-    from tidelake.streaming.stream.runner import graceful_stop_signals
+    from tidelake.streaming.stream.stop_signals import graceful_stop_signals
 
     security = ServiceSecurity(
         tls_cert=tls_cert,

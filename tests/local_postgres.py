@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from tidelake.platform.local.kafka_broker import free_port
+from tidelake.platform.local.ports import free_port
 
 _DATABASE = "dagster"
 

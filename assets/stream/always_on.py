@@ -38,7 +38,7 @@ from tidelake.streaming.errors import ConfigError, TidelakeError
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.spark.session import host_session
 from tidelake.streaming.stream.query import ProgressHandler, run_query
-from tidelake.streaming.stream.runner import graceful_stop_signals
+from tidelake.streaming.stream.stop_signals import graceful_stop_signals
 
 STREAM_TAG = "tidelake/stream"
 """Run tag naming an always-on query; the instance allows one run per value (dagster.yaml)."""

@@ -15,18 +15,16 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict, Unpack
 
 from confluent_kafka import KafkaError, Message, Producer
 from google.protobuf.message import DecodeError
+from google.protobuf.message import Message as ProtoMessage
 from tqdm import tqdm
 
-from tidelake.protos.call_pb2 import CallEvent
-from tidelake.streaming.calls.anomaly.incidents import Incident
-from tidelake.streaming.calls.demo_events import with_incidents
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.acls import WRITES
@@ -97,71 +95,127 @@ def producer_config(conf: Mapping[str, Any]) -> dict[str, Any]:
     return config
 
 
+EventChange = Callable[[Any, random.Random], ProtoMessage | None]
+"""A flow's own change to a good demo event of its message (calls: an incident for the anomaly
+detector to find): the event changed in place, or None if it never happened."""
+
+
+class DemoTraffic(TypedDict, total=False):
+    """How many demo events, how fast, and which mix of them (see produce_demo_events)."""
+
+    count: int | None
+    rate: float | None
+    duration_s: float | None
+    malformed_share: float
+    """Of all messages, poison (default 0.01)."""
+    late_share: float
+    """Of the good events, 1-3 hours late (default 0.05)."""
+    duplicate_share: float
+    """Of the good events, sent twice (default 0)."""
+    days: int
+    seed: int | None
+    change_event: EventChange | None
+
+
 def produce_demo_events(
     flow: FlowSpec,
     conf: Mapping[str, Any],
     *,
-    count: int | None = None,
-    rate: float | None = None,
-    duration_s: float | None = None,
-    malformed_share: float = 0.01,
-    late_share: float = 0.05,
-    duplicate_share: float = 0.0,
-    days: int = 1,
-    seed: int | None = None,
     progress: bool = True,
     collect_keys: bool = False,
-    via_service: str | None = None,
-    incidents: list[Incident] | None = None,
+    **traffic: Unpack[DemoTraffic],
 ) -> ProduceReport:
-    """Produce demo events of flow to flow.topic and report exactly what was sent.
+    """Produce demo events of flow straight to flow.topic and report exactly what was sent.
 
     Size the run with `count`, or `duration_s`; `rate` (events/s) paces either, otherwise
     messages go as fast as possible. `days` > 1 spreads event times over the last `days` UTC
     dates (equal shares; today's up to now). Of all messages `malformed_share` are poison; of
     the good ones `late_share` are 1-3 hours late (none dated before the first date), and
     `duplicate_share` are sent twice, the repeat 0-5 s after the original. The same seed gives
-    the same messages apart from event times, which follow the clock. With `via_service`
-    ("host:port") events go through the gRPC ingest service instead of straight to Kafka; poison
-    is then events missing a field (the service refuses them), and Kafka timestamps are the
-    service's clock, so `days` must be 1. `incidents` (call events only) change or drop the good
-    events they touch.
+    the same messages apart from event times, which follow the clock. `change_event` changes
+    or drops the good events it touches.
     """
-    total = _planned_count(count, rate, duration_s)
+    total, generator = _demo_messages(flow, traffic, typed_poison=False)
+    require_topic(conf, flow.topic)
+    require_access(conf, flow.topic, WRITES)
+    delivery = _KafkaDelivery(conf, flow.topic)
+    return _send(flow, generator, delivery, total, traffic, progress, collect_keys)
+
+
+def send_demo_events_to_service(
+    flow: FlowSpec,
+    conf: Mapping[str, Any],
+    address: str,
+    *,
+    progress: bool = True,
+    collect_keys: bool = False,
+    **traffic: Unpack[DemoTraffic],
+) -> ProduceReport:
+    """Send demo events of flow through its gRPC ingest service at address ("host:port"), as
+    produce_demo_events does to Kafka. The poison is events missing a field (the service
+    refuses them, and the report checks it did), and Kafka's timestamps are the service's
+    clock, so `days` must be 1. conf (the Kafka cluster behind the service) checks the topic."""
+    if traffic.get("days", 1) != 1:
+        raise ValueError("the ingest service needs days=1: it stamps arrival with its clock")
+    total, generator = _demo_messages(flow, traffic, typed_poison=True)
+    require_topic(conf, flow.topic)
+    require_access(conf, flow.topic, WRITES)
+    from tidelake.platform.calls.ingest_client import IngestServiceDelivery
+
+    delivery = IngestServiceDelivery(address)
+    report = _send(flow, generator, delivery, total, traffic, progress, collect_keys)
+    if delivery.rejected != generator.malformed:
+        raise ProduceError(
+            f"the ingest service refused {delivery.rejected} events, but {generator.malformed} "
+            "were meant to be invalid"
+        )
+    return report
+
+
+def _demo_messages(
+    flow: FlowSpec, traffic: DemoTraffic, *, typed_poison: bool
+) -> tuple[int | None, _DemoMessages]:
+    """The planned count (None: until duration_s) and the message generator; bad arguments
+    fail here, before any client connects."""
+    total = _planned_count(traffic.get("count"), traffic.get("rate"), traffic.get("duration_s"))
+    malformed_share = traffic.get("malformed_share", 0.01)
+    late_share = traffic.get("late_share", 0.05)
+    duplicate_share = traffic.get("duplicate_share", 0.0)
     _check_share("malformed_share", malformed_share)
     _check_share("late_share", late_share)
     _check_share("duplicate_share", duplicate_share)
+    days = traffic.get("days", 1)
     if isinstance(days, bool) or not isinstance(days, int) or days < 1:
         raise ValueError(f"days must be an integer >= 1, got {days!r}")
     if flow.demo_event is None:
         raise ValueError(f"flow {flow.name} declares no demo_event factory to produce from")
-    if incidents and flow.message is not CallEvent:
-        raise ValueError(f"incidents are defined for call events, not {flow.name}")
-    if via_service is not None and days != 1:
-        raise ValueError("via_service needs days=1: the service stamps arrival with its clock")
-    require_topic(conf, flow.topic)
-    require_access(conf, flow.topic, WRITES)
-
     generator = _DemoMessages(
         flow,
-        random.Random(seed),
+        random.Random(traffic.get("seed")),
         malformed_share,
         late_share,
         days,
         total,
         duplicate_share,
-        typed_poison=via_service is not None,
-        incidents=incidents,
+        typed_poison=typed_poison,
+        change_event=traffic.get("change_event"),
     )
-    delivery: _Delivery
-    if via_service is None:
-        delivery = _KafkaDelivery(conf, flow.topic)
-    else:
-        from tidelake.platform.calls.ingest_client import IngestServiceDelivery
+    return total, generator
 
-        delivery = IngestServiceDelivery(via_service)
+
+def _send(
+    flow: FlowSpec,
+    generator: _DemoMessages,
+    delivery: _Delivery,
+    total: int | None,
+    traffic: DemoTraffic,
+    progress: bool,
+    collect_keys: bool,
+) -> ProduceReport:
+    """Send the generator's messages through delivery (paced to `rate`, until `total` or
+    `duration_s`) and report them once all are delivered."""
+    rate, duration_s = traffic.get("rate"), traffic.get("duration_s")
     keys: list[str] | None = [] if collect_keys else None
-
     # Poll (serve callbacks, update the bar, check the clock) about ten times a second.
     poll_every = _POLL_EVERY if rate is None else max(1, min(_POLL_EVERY, int(rate / 10)))
     started = time.perf_counter()
@@ -203,11 +257,6 @@ def produce_demo_events(
         raise ProduceError(
             f"{undelivered} of {produced} messages to {flow.topic} were still queued after flush"
         )
-    if via_service is not None and delivery.rejected != generator.malformed:
-        raise ProduceError(
-            f"the ingest service refused {delivery.rejected} events, but {generator.malformed} "
-            "were meant to be invalid"
-        )
     return generator.report(flow.topic, produced, elapsed_s, keys)
 
 
@@ -224,7 +273,7 @@ class _DemoMessages:
         planned: int | None = None,
         duplicate_share: float = 0.0,
         typed_poison: bool = False,
-        incidents: list[Incident] | None = None,
+        change_event: EventChange | None = None,
     ) -> None:
         assert flow.demo_event is not None
         self._flow = flow
@@ -236,7 +285,7 @@ class _DemoMessages:
         self._planned = planned
         self._duplicate_share = duplicate_share
         self._typed_poison = typed_poison
-        self._incidents = incidents or []
+        self._change_event = change_event
         self._retry: tuple[bytes | None, bytes, None, int] | None = None
         self._sent = 0
         self._validity = [
@@ -277,10 +326,8 @@ class _DemoMessages:
             # history starts on its first day: no event from the day before it
             late, event_time_ms = False, arrival_ms
         event = self._make_event(rng, event_time_ms)
-        if self._incidents:
-            changed = with_incidents(event, self._incidents, rng)
-            if changed is None:  # the incident means this call never happened
-                return self.next_message()
+        if self._change_event is not None and self._change_event(event, rng) is None:
+            return self.next_message()  # the change means this event never happened
         for name, default in self._validity:
             if getattr(event, name) == default:
                 raise ValueError(

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidelake.platform.dev.dagster_web import DagsterWeb, DagsterWebError
-from tidelake.platform.local.kafka_broker import (
-    SCRAM_MECHANISM,
-    LocalKafkaBroker,
+from tidelake.platform.local.kafka_broker import LocalKafkaBroker
+from tidelake.platform.local.kafka_security import SCRAM_MECHANISM
+from tidelake.platform.local.recorded_broker import (
     broker_state_file,
     kept_data_dir,
     recorded_broker,

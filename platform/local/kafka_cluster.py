@@ -16,19 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
-from tidelake.platform.local.kafka_broker import (
-    BrokerError,
-    KafkaNode,
-    LocalKafkaBroker,
-    free_port,
-    grant_acls,
-    make_credentials,
-    new_cluster_id,
-    sasl_client_config,
-)
+from tidelake.platform.local.kafka_broker import BrokerError, LocalKafkaBroker
+from tidelake.platform.local.kafka_security import grant_acls, make_credentials, sasl_client_config
+from tidelake.platform.local.kafka_settings import KafkaNode, new_cluster_id
+from tidelake.platform.local.ports import LOOPBACK, free_port
 from tidelake.streaming.kafka.acls import Grant
-
-_HOST = "127.0.0.1"
 
 
 class LocalKafkaCluster:
@@ -51,7 +43,7 @@ class LocalKafkaCluster:
         self._own_folder = folder is None
         self.folder = folder or Path(tempfile.mkdtemp(prefix="tidelake-kafka-cluster-"))
         ports = [(free_port(), free_port(), free_port()) for _ in range(nodes)]
-        voters = ",".join(f"{n}@{_HOST}:{p[1]}" for n, p in enumerate(ports, 1))
+        voters = ",".join(f"{n}@{LOOPBACK}:{p[1]}" for n, p in enumerate(ports, 1))
         cluster_id = new_cluster_id()
         # one CA, one broker certificate and one set of users for every node
         credentials = make_credentials(self.folder / "tls") if secured else None
@@ -80,7 +72,7 @@ class LocalKafkaCluster:
     @property
     def bootstrap_servers(self) -> str:
         """Every node's address: KAFKA_BOOTSTRAP_SERVERS for clients of the cluster."""
-        return ",".join(f"{_HOST}:{_node(broker).port}" for broker in self.brokers)
+        return ",".join(f"{LOOPBACK}:{_node(broker).port}" for broker in self.brokers)
 
     def client_config(self, user: str = "admin") -> dict[str, str]:
         """librdkafka settings of a client of the cluster (every node's address); SASL_SSL as

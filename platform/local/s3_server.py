@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tidelake.platform.local.kafka_broker import free_port
+from tidelake.platform.local.ports import LOOPBACK, free_port
 from tidelake.platform.local.server_process import LocalServerProcess
 from tidelake.streaming.errors import SetupError, TidelakeError
 from tidelake.streaming.settings import host_settings
@@ -36,7 +36,7 @@ SEAWEEDFS_VERSION = "v0.0.0-20261109003541-7506e5f91cd6"
 install module@version` is refused and install_seaweedfs builds from a downloaded copy."""
 
 DEFAULT_BUCKET = "tidelake"
-_HOST = "127.0.0.1"
+
 _REGION = "us-east-1"
 
 
@@ -149,7 +149,7 @@ class LocalS3Server(LocalServerProcess):
     def endpoint_url(self) -> str:
         if self._port is None:
             raise S3ServerError("the local S3 server is not running; call start() first")
-        return f"http://{_HOST}:{self._port}"
+        return f"http://{LOOPBACK}:{self._port}"
 
     def env(self) -> dict[str, str]:
         """The standard AWS settings of a client of this server."""
@@ -181,8 +181,8 @@ class LocalS3Server(LocalServerProcess):
             str(binary),
             f"-logdir={workdir / 'logs'}",
             "server",
-            f"-ip={_HOST}",
-            f"-ip.bind={_HOST}",
+            f"-ip={LOOPBACK}",
+            f"-ip.bind={LOOPBACK}",
             f"-dir={workdir / 'data'}",
             f"-master.port={ports['master']}",
             f"-master.port.grpc={grpc['master']}",

@@ -30,7 +30,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from tidelake.platform.local.kafka_broker import free_port
+from tidelake.platform.local.ports import LOOPBACK, free_port
 from tidelake.platform.local.server_process import LocalServerProcess
 from tidelake.streaming.errors import SetupError, TidelakeError
 from tidelake.streaming.settings import host_settings
@@ -39,7 +39,6 @@ from tidelake.streaming.spark.jars import java_executable, jvm_build
 APICURIO_VERSION = "2.4.2.Final"
 CCOMPAT_PATH = "/apis/ccompat/v7"
 DEFAULT_HEAP_MB = 256
-_HOST = "127.0.0.1"
 
 
 class RegistryServerError(TidelakeError, RuntimeError):
@@ -155,7 +154,7 @@ class LocalSchemaRegistry(LocalServerProcess):
         """http://127.0.0.1:PORT, the registry's root (its own APIs, /health, the UI)."""
         if self._port is None:
             raise RegistryServerError("the local schema registry is not running; call start()")
-        return f"http://{_HOST}:{self._port}"
+        return f"http://{LOOPBACK}:{self._port}"
 
     @property
     def url(self) -> str:
@@ -180,7 +179,7 @@ class LocalSchemaRegistry(LocalServerProcess):
                 java_executable(),
                 f"-Xmx{self._heap_mb}m",
                 "-XX:+UseSerialGC",
-                f"-Dquarkus.http.host={_HOST}",
+                f"-Dquarkus.http.host={LOOPBACK}",
                 f"-Djava.io.tmpdir={workdir}",
                 "-jar",
                 str(jar),

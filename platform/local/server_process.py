@@ -1,9 +1,10 @@
 """A local server the tests and `tidelake dev` run: one process group, one folder, one log.
 
-The S3 server and the schema registry share this life cycle: start() launches and waits until
-the server answers (stopping it if it never does), the folder is kept (data_dir) or temporary,
-a temporary one goes with stop() (and the process is killed at once: its data is nobody's), and
-every server still running when the interpreter exits is stopped.
+The Kafka broker, the S3 server, the schema registry and a Spark cluster's daemons share this
+life cycle: start() launches and waits until the server answers (stopping it if it never does),
+the folder is kept (data_dir) or temporary, a temporary one goes with stop() (and the process is
+killed at once: its data is nobody's), and every server still running when the interpreter
+exits is stopped.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import ClassVar, Self
 from tidelake.platform.local.process_group import signal_group, stop_group
 from tidelake.streaming.polling import poll_until
 
-_LOG_TAIL_BYTES = 3000
+_LOG_TAIL_BYTES = 4000
 _live: weakref.WeakSet[LocalServerProcess] = weakref.WeakSet()
 
 
@@ -52,6 +53,11 @@ class LocalServerProcess:
     @property
     def workdir(self) -> Path | None:
         return self._workdir
+
+    @property
+    def log_path(self) -> Path | None:
+        """The server's log (its own output), or None before its folder exists."""
+        return self._workdir / self.log_name if self._workdir is not None else None
 
     def is_alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
@@ -160,13 +166,14 @@ class LocalServerProcess:
         """What else a stopped server leaves to remove."""
 
     def log_tail(self) -> str:
-        if self._workdir is None:
+        """The end of the server's log, for error messages."""
+        path = self.log_path
+        if path is None or not path.exists():
             return "(no log)"
-        path = self._workdir / self.log_name
-        if not path.exists():
-            return "(no log)"
-        data = path.read_bytes()[-_LOG_TAIL_BYTES:]
-        return data.decode("utf-8", errors="replace").strip() or "(empty log)"
+        with open(path, "rb") as log:
+            log.seek(max(0, path.stat().st_size - _LOG_TAIL_BYTES))
+            tail = log.read().decode("utf-8", errors="replace").strip()
+        return tail or "(empty log)"
 
     def __enter__(self) -> Self:
         self.start()

@@ -13,28 +13,75 @@ directories".
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import subprocess
+import shutil
 import tempfile
 from pathlib import Path
 from types import TracebackType
+from typing import ClassVar
 
 import pyspark
 import requests
 
-from tidelake.platform.local.kafka_broker import free_port
+from tidelake.platform.local.ports import LOOPBACK, free_port
+from tidelake.platform.local.server_process import LocalServerProcess
 from tidelake.streaming.errors import TidelakeError
-from tidelake.streaming.polling import poll_until
 from tidelake.streaming.spark.jars import java_executable
 
-_HOST = "127.0.0.1"
 _SCALA_VERSION = "2.13"
 
 
 class SparkClusterError(TidelakeError, RuntimeError):
     """The cluster did not come up; the message says which part and where its log is."""
+
+
+class _NotYet(Exception):
+    """The master does not answer, or counts fewer workers than wanted, yet."""
+
+
+class _SparkDaemon(LocalServerProcess):
+    """The master or a worker: one JVM from Spark's launch classes, in its own folder (a
+    worker's is its work dir, where its executors' logs go)."""
+
+    log_name: ClassVar[str] = "daemon.log"
+
+    def __init__(
+        self, cluster: LocalSparkCluster, name: str, main: str, args: list[str], ready: int
+    ) -> None:
+        super().__init__(
+            data_dir=cluster.folder / name,
+            startup_timeout_s=cluster.start_timeout_s,
+            stop_grace_s=15,
+        )
+        self._cluster, self._name, self._main, self._args = cluster, name, main, args
+        self._ready = ready
+        """Workers the master counts once this daemon is up (0 for the master: it answers)."""
+
+    def launch(self) -> None:
+        spark_home = Path(pyspark.__file__).parent
+        env = {
+            **os.environ,
+            "SPARK_HOME": str(spark_home),
+            "SPARK_SCALA_VERSION": _SCALA_VERSION,
+            "SPARK_LOCAL_IP": LOOPBACK,
+        }
+        java = [java_executable(), "-Xmx512m", "-cp", str(spark_home / "jars" / "*"), self._main]
+        self._spawn([*java, *self._args], env)
+
+    def wait_until_ready(self) -> None:
+        def answers() -> None:
+            alive = self._cluster.alive_workers()
+            if alive is None or alive < self._ready:
+                raise _NotYet(f"{alive or 0} of {self._cluster.workers} workers registered")
+
+        self._wait_answering(
+            answers,
+            what=f"the Spark {self._name}",
+            where=self._cluster.master_url,
+            interval_s=0.5,
+            not_yet=(_NotYet,),
+            error=SparkClusterError,
+        )
 
 
 class LocalSparkCluster:
@@ -52,30 +99,24 @@ class LocalSparkCluster:
         self.workers = workers
         self.cores = cores
         self.worker_memory = worker_memory
-        self._own_folder = (
-            tempfile.TemporaryDirectory(prefix="tidelake-spark-") if not folder else None
-        )
-        self.folder = folder or Path(self._own_folder.name)  # type: ignore[union-attr]
+        self._own_folder = folder is None
+        self.folder = folder or Path(tempfile.mkdtemp(prefix="tidelake-spark-"))
         self.start_timeout_s = start_timeout_s
         self.port = 0
         self.ui_port = 0
-        self._processes: list[subprocess.Popen[bytes]] = []
+        self._daemons: list[_SparkDaemon] = []
 
     @property
     def master_url(self) -> str:
-        return f"spark://{_HOST}:{self.port}"
+        return f"spark://{LOOPBACK}:{self.port}"
 
     @property
     def worker_pids(self) -> list[int]:
         """The workers' JVMs (each the parent of the executors it runs)."""
-        return [process.pid for process in self._processes[1:]]
+        return [pid for daemon in self._daemons[1:] if (pid := daemon.pid) is not None]
 
     def __enter__(self) -> LocalSparkCluster:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
+        self.start()
         return self
 
     def __exit__(
@@ -87,99 +128,51 @@ class LocalSparkCluster:
         self.stop()
 
     def start(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
+        """Launch the master and every worker, then wait until the master counts them all."""
         self.port, self.ui_port = free_port(), free_port()
-        self._launch(
-            "master",
-            "org.apache.spark.deploy.master.Master",
-            ["--host", _HOST, "--port", str(self.port), "--webui-port", str(self.ui_port)],
-        )
-        for n in range(1, self.workers + 1):
-            self._launch(
-                f"worker-{n}",
-                "org.apache.spark.deploy.worker.Worker",
-                [
-                    self.master_url,
-                    "--host",
-                    _HOST,
-                    "--cores",
-                    str(self.cores),
-                    "--memory",
-                    self.worker_memory,
-                    "--webui-port",
-                    "0",
-                    "--work-dir",
-                    str(self.folder / f"worker-{n}"),
-                ],
+        master_args = ["--host", LOOPBACK, "--port", str(self.port)]
+        self._daemons = [
+            _SparkDaemon(
+                self,
+                "master",
+                "org.apache.spark.deploy.master.Master",
+                [*master_args, "--webui-port", str(self.ui_port)],
+                ready=0,
             )
-        self._wait_for_workers()
+        ]
+        for n in range(1, self.workers + 1):
+            name = f"worker-{n}"
+            worker_args = [self.master_url, "--host", LOOPBACK, "--cores", str(self.cores)]
+            worker_args += ["--memory", self.worker_memory, "--webui-port", "0"]
+            worker_args += ["--work-dir", str(self.folder / name)]
+            worker = "org.apache.spark.deploy.worker.Worker"
+            self._daemons.append(_SparkDaemon(self, name, worker, worker_args, ready=n))
+        try:
+            for daemon in self._daemons:
+                daemon.launch()
+            for daemon in self._daemons:
+                daemon.wait_until_ready()
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         """Workers first (they stop their executors), then the master."""
-        for process in reversed(self._processes):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in reversed(self._processes):
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=5)
-        self._processes.clear()
-        if self._own_folder is not None:
-            self._own_folder.cleanup()
-            self._own_folder = None
+        for daemon in reversed(self._daemons):
+            daemon.stop()
+        self._daemons.clear()
+        if self._own_folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     def kill_worker(self, n: int) -> None:
         """SIGKILL worker n (from 1) and the executors it started, as a lost machine goes."""
-        os.killpg(self._processes[n].pid, signal.SIGKILL)
-        self._processes[n].wait(timeout=10)
+        self._daemons[n].kill()
 
-    def alive_workers(self) -> int:
-        """Workers the master counts as alive (its JSON status page), 0 if it does not answer."""
+    def alive_workers(self) -> int | None:
+        """Workers the master counts as alive (its JSON status page), None if it does not
+        answer."""
         try:
-            status = requests.get(f"http://{_HOST}:{self.ui_port}/json/", timeout=2).json()
+            status = requests.get(f"http://{LOOPBACK}:{self.ui_port}/json/", timeout=2).json()
         except (requests.RequestException, ValueError):
-            return 0
+            return None
         return int(status.get("aliveworkers", 0))
-
-    def _launch(self, name: str, main: str, args: list[str]) -> None:
-        spark_home = Path(pyspark.__file__).parent
-        env = {
-            **os.environ,
-            "SPARK_HOME": str(spark_home),
-            "SPARK_SCALA_VERSION": _SCALA_VERSION,
-            "SPARK_LOCAL_IP": _HOST,
-        }
-        log = (self.folder / f"{name}.log").open("wb")
-        command = [java_executable(), "-Xmx512m", "-cp", str(spark_home / "jars" / "*"), main]
-        self._processes.append(
-            subprocess.Popen(
-                [*command, *args],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own group: stop() ends it with its executors
-            )
-        )
-
-    def _wait_for_workers(self) -> None:
-        def registered() -> bool | None:
-            for process in self._processes:
-                if process.poll() is not None:
-                    raise SparkClusterError(
-                        f"a Spark cluster JVM exited with {process.returncode}; see the logs in "
-                        f"{self.folder}"
-                    )
-            return True if self.alive_workers() >= self.workers else None
-
-        poll_until(
-            registered,
-            timeout_s=self.start_timeout_s,
-            interval_s=0.5,
-            timeout_error=lambda _: SparkClusterError(
-                f"{self.alive_workers()} of {self.workers} Spark workers registered with the "
-                f"master within {self.start_timeout_s:g} s; see the logs in {self.folder}"
-            ),
-        )

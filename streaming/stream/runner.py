@@ -10,12 +10,9 @@ already committed.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from types import FrameType
+from collections.abc import Mapping
 
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
@@ -55,29 +52,3 @@ def run_flow_stream(
         # compaction thread calling back into the JVM deadlocked its halt (the process ended,
         # its JVM stayed)
         spark.stop()
-
-
-@contextmanager
-def graceful_stop_signals(
-    logger: logging.Logger = log, stopping: str = "stopping after the current batch"
-) -> Iterator[threading.Event]:
-    """An event set by the first SIGTERM/SIGINT (logged on `logger`: "received SIGTERM:
-    <stopping>"); a second one exits at once.
-
-    The previous handlers come back on exit, so a host process (a Dagster run worker) keeps its
-    own interrupt handling outside the stream.
-    """
-    stop = threading.Event()
-
-    def handle(signum: int, _frame: FrameType | None) -> None:
-        if stop.is_set():
-            raise SystemExit(128 + signum)
-        logger.info("received %s: %s", signal.Signals(signum).name, stopping)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield stop
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

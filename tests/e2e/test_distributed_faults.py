@@ -37,8 +37,8 @@ from local_postgres import LocalPostgres, local_postgres, postgres_bin
 from tidelake.assets.stream.job import stream_job_name
 from tidelake.platform.calls.ingest_client import IngestServiceDelivery
 from tidelake.platform.dev.dagster_web import DagsterWeb, DagsterWebError, wait_for
-from tidelake.platform.local.kafka_broker import free_port
 from tidelake.platform.local.kafka_cluster import LocalKafkaCluster
+from tidelake.platform.local.ports import free_port
 from tidelake.platform.local.spark_cluster import LocalSparkCluster
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.calls.demo_events import call_event

@@ -20,6 +20,7 @@ from tidelake.streaming.calls.anomaly.incidents import Incident
 from tidelake.streaming.calls.anomaly.store import latest_model
 from tidelake.streaming.calls.anomaly.training import TrainingError, baseline_plot, train_model
 from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.calls.demo_events import with_incidents
 from tidelake.streaming.settings import EngineSettings
 
 HELD_OUT = "2026-11-18"
@@ -103,7 +104,7 @@ def test_the_demo_producer_applies_incidents(kafka_conf: Any, flow: Any) -> None
         late_share=0,
         seed=4,
         progress=False,
-        incidents=[drop],
+        change_event=lambda event, rng: with_incidents(event, [drop], rng),
     )
     assert report.good == 2000
     regions = collections.Counter(read_regions(kafka_conf, flow.topic))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections import Counter
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -11,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from confluent_kafka import Producer
-from kafka_topics import KEEP_FOREVER, ON_LOCAL_AND_SECURED_S3, set_retention
+from kafka_topics import KEEP_FOREVER, ON_LOCAL_AND_SECURED_S3, read_records, set_retention
 from lake_readers import delta_version, duckdb_query, read_delta
 from live_stream import BackgroundProducer, produce_and_stream, running_stream, wait_for_rows
 
@@ -23,6 +24,8 @@ from tidelake.streaming.batch.backfill import (
 )
 from tidelake.streaming.kafka.admin import quiet_client_config
 from tidelake.streaming.kafka.offsets import PartitionEnds
+from tidelake.streaming.kafka.read import java_client_options
+from tidelake.streaming.spark.extensions import tidelake_jvm
 
 COMPARED = [
     "call_sid",
@@ -45,24 +48,52 @@ def day_rows(uri: str, day: str) -> pa.Table:
     return table.sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
 
 
-def test_kafka_time_index_bounds_unordered_timestamps(
-    kafka_conf: dict[str, Any], flow: Any
+def test_both_time_lookups_find_the_first_committed_record_stamped_after_a_time(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any
 ) -> None:
-    """first_records_after(T) is the first offset stamped after T, and every record before it is
-    stamped at or before T, even with timestamps out of order (CreateTime)."""
+    """The driver's lookup (PartitionEnds.first_records_after, Python) and the executors'
+    (dev.tidelake.spark.KafkaTimeIndex, Java) against one partition of a real broker: timestamps
+    out of order (CreateTime), an aborted transaction stamped after everything, a committed one,
+    and their markers (stamped with the coordinator's clock). Both answer what a read_committed
+    consumer reading in offset order sees: the first data record stamped after the time."""
     set_retention(kafka_conf, flow.topic, KEEP_FOREVER)  # stamped 1970
-    producer = Producer(quiet_client_config(kafka_conf))
-    stamps = [1_000, 5_000, 2_000, 9_000, 3_000, 7_000, 4_000]
-    for ts in stamps:
-        producer.produce(flow.topic, b"x", partition=0, timestamp=ts)
-    assert producer.flush(10) == 0
+    conf = quiet_client_config(kafka_conf)
+    plain = Producer(conf)
+    for ts in (1_000, 5_000, 2_000, 9_000, 3_000, 7_000, 4_000):
+        plain.produce(flow.topic, b"x", partition=0, timestamp=ts)
+    assert plain.flush(10) == 0
+    for stamps, commit in (((20_000, 20_000), False), ((6_000,), True)):
+        transactional = Producer({**conf, "transactional.id": f"tx-{uuid.uuid4().hex}"})
+        transactional.init_transactions(30)
+        transactional.begin_transaction()
+        for ts in stamps:
+            transactional.produce(flow.topic, b"t", partition=0, timestamp=ts)
+        (transactional.commit_transaction if commit else transactional.abort_transaction)(30)
+    plain.produce(flow.topic, b"x", partition=0, timestamp=8_000)
+    assert plain.flush(10) == 0
+    committed = sorted((r.offset, r.timestamp_ms) for r in read_records(kafka_conf, flow.topic))
+    assert [ts for _, ts in committed] == [
+        1_000,
+        5_000,
+        2_000,
+        9_000,
+        3_000,
+        7_000,
+        4_000,
+        6_000,
+        8_000,
+    ]
+    end = committed[-1][0] + 1
+    index = tidelake_jvm("the test").KafkaTimeIndex(java_client_options(kafka_conf), 10_000)
     probe = PartitionEnds(kafka_conf, "test", 10)
+    tp = (flow.topic, 0)
     try:
-        tp = (flow.topic, 0)
-        for t in (0, 1_000, 4_500, 8_999, 9_000):
-            found = probe.first_records_after([tp], t)[tp]
-            expected = next((i for i, ts in enumerate(stamps) if ts > t), None)
-            assert found == expected, t
+        for t in (0, 1_000, 4_500, 6_500, 8_500, 9_000, 19_999):
+            first = next((offset for offset, ts in committed if ts > t), None)
+            assert probe.first_records_after([tp], t)[tp] == first, t
+            for offset in range(end):
+                behind = first is not None and first <= offset
+                assert index.call(flow.topic, 0, offset, t) == behind, (t, offset)
     finally:
         probe.close()
 

@@ -20,7 +20,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 from grpc_status import rpc_status
 from kafka_topics import ON_BOTH_KAFKAS, topic_records
 from lake_readers import duckdb_query
-from live_stream import produce_and_stream, run_available_now
+from live_stream import run_available_now
 from process_states import paused
 from stores import ON_S3
 from test_decode import decode
@@ -32,6 +32,7 @@ from tidelake.platform.calls.ingest_launcher import (
     _service_config,
     start_ingest_server,
 )
+from tidelake.platform.dev.produce import send_demo_events_to_service
 from tidelake.protos import service_pb2, service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent, CallSid
 from tidelake.streaming.calls.call_events import CALL_EVENTS
@@ -314,18 +315,17 @@ def test_the_demo_producer_can_send_through_the_service(
     engine_settings: Any,
     server: IngestServer,
 ) -> None:
-    run = produce_and_stream(
-        spark,
+    report = send_demo_events_to_service(
         flow,
-        engine_settings,
         kafka_conf,
+        f"127.0.0.1:{server.port}",
         count=400,
         malformed_share=0.05,
         duplicate_share=0.05,
         seed=3,
-        via_service=f"127.0.0.1:{server.port}",
+        progress=False,
     )
-    report, stream = run.report, run.stream
+    stream = run_available_now(spark, flow, engine_settings, kafka_conf)
     assert report.malformed > 0 and report.duplicates > 0
     assert set(report.malformed_kinds) <= {
         "missing_call_sid",

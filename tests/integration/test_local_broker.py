@@ -17,8 +17,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from process_states import gone
 
-from tidelake.platform.local import kafka_broker as local_broker
+from tidelake.platform.local import kafka_broker
 from tidelake.platform.local.kafka_broker import BrokerError, LocalKafkaBroker
+from tidelake.platform.local.kafka_settings import new_cluster_id
 from tidelake.streaming.kafka.admin import ensure_topic, quiet_client_config
 from tidelake.streaming.kafka.broker_state import running_broker
 from tidelake.streaming.stream.status import kafka_ends
@@ -52,8 +53,8 @@ def test_start_and_stop_leave_no_process_or_directory() -> None:
 def test_a_cluster_id_starting_with_a_dash_formats(monkeypatch: pytest.MonkeyPatch) -> None:
     # 1 in 64 random ids starts with "-"; Kafka's StorageTool read one as an option and the
     # whole test session lost its broker
-    dashed = "-" + local_broker.new_cluster_id()[1:]
-    monkeypatch.setattr(local_broker, "new_cluster_id", lambda: dashed)
+    dashed = "-" + new_cluster_id()[1:]
+    monkeypatch.setattr(kafka_broker, "new_cluster_id", lambda: dashed)
     with LocalKafkaBroker() as broker:
         assert broker.cluster_id == dashed
         assert _metadata(broker.bootstrap_servers).cluster_id == dashed
