@@ -349,9 +349,9 @@ def schemas_register(flows: tuple[str, ...]) -> None:
     type=float,
     callback=_must_be_positive,
     metavar="SECONDS",
-    help="call_events: inject an incident every SECONDS (failure spike on the busiest account, "
-    "volume drop in us1, duration shift on the second account, in turn), for the anomaly "
-    "detector to find.",
+    help="Inject an incident every SECONDS, for the anomaly detector to find (flows that "
+    "declare demo_incidents; call_events: a failure spike on the busiest account, a volume drop "
+    "in us1, a duration shift on the second account, in turn).",
 )
 @click.option(
     "--incident-length",
@@ -398,7 +398,6 @@ def produce(
         produce_demo_events,
         send_demo_events_to_service,
     )
-    from tidelake.streaming.calls.demo_events import incident_schedule, with_incidents
 
     traffic = DemoTraffic(
         count=count,
@@ -411,14 +410,14 @@ def produce(
         seed=seed,
     )
     if incident_every is not None:
-        if spec.name != "call_events":
-            raise click.UsageError("--incident-every is for call_events")
+        if spec.demo_incidents is None:
+            raise click.UsageError(f"--incident-every: flow {spec.name} declares no demo incidents")
         now_ms = time.time_ns() // 1_000_000
         horizon_s = duration if duration is not None else 7 * 86_400
-        incidents = incident_schedule(
-            now_ms, now_ms + int(horizon_s * 1000), incident_every, incident_length
+        end_ms = now_ms + int(horizon_s * 1000)
+        traffic["change_event"] = spec.demo_incidents(
+            now_ms, end_ms, incident_every, incident_length
         )
-        traffic["change_event"] = lambda event, rng: with_incidents(event, incidents, rng)
     from tidelake.streaming.kafka.admin import check_reachable, ensure_topic
     from tidelake.streaming.settings import kafka_client_config
 

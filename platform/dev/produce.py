@@ -15,18 +15,17 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypedDict, Unpack
 
 from confluent_kafka import KafkaError, Message, Producer
 from google.protobuf.message import DecodeError
-from google.protobuf.message import Message as ProtoMessage
 from tqdm import tqdm
 
 from tidelake.streaming.errors import TidelakeError
-from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.flow.spec import DemoEventChange, FlowSpec
 from tidelake.streaming.kafka.acls import WRITES
 from tidelake.streaming.kafka.admin import quiet_client_config, require_access, require_topic
 
@@ -95,11 +94,6 @@ def producer_config(conf: Mapping[str, Any]) -> dict[str, Any]:
     return config
 
 
-EventChange = Callable[[Any, random.Random], ProtoMessage | None]
-"""A flow's own change to a good demo event of its message (calls: an incident for the anomaly
-detector to find): the event changed in place, or None if it never happened."""
-
-
 class DemoTraffic(TypedDict, total=False):
     """How many demo events, how fast, and which mix of them (see produce_demo_events)."""
 
@@ -114,7 +108,7 @@ class DemoTraffic(TypedDict, total=False):
     """Of the good events, sent twice (default 0)."""
     days: int
     seed: int | None
-    change_event: EventChange | None
+    change_event: DemoEventChange | None
 
 
 def produce_demo_events(
@@ -273,7 +267,7 @@ class _DemoMessages:
         planned: int | None = None,
         duplicate_share: float = 0.0,
         typed_poison: bool = False,
-        change_event: EventChange | None = None,
+        change_event: DemoEventChange | None = None,
     ) -> None:
         assert flow.demo_event is not None
         self._flow = flow

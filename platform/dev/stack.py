@@ -394,7 +394,7 @@ def _producer_command(flow: FlowSpec, options: DevOptions, via: str | None) -> l
         "0.01",
         "--no-progress",
     ]
-    if flow == CALL_EVENTS and options.incident_every_s > 0:
+    if flow.demo_incidents is not None and options.incident_every_s > 0:
         command += ["--incident-every", str(options.incident_every_s)]
     return command + (["--via-service", via] if via else [])
 

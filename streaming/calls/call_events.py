@@ -47,6 +47,7 @@ CALL_EVENTS = FlowSpec(
     description="Voice call events from the ingest service: one row per finished call.",
     owners=("team:voice-insights",),
     demo_event=demo_events.call_event,
+    demo_incidents=demo_events.incidents_every,
     expectations=call_event_expectations,
 )
 

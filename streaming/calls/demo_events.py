@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import bisect
 import random
+from collections.abc import Callable
 from typing import Any
 
 from tidelake.protos.call_pb2 import CallEvent
@@ -94,3 +96,21 @@ def scenario_events(
             }
         )
     return rows
+
+
+def incidents_every(
+    start_ms: int, end_ms: int, every_s: float, length_s: float
+) -> Callable[[CallEvent, random.Random], CallEvent | None]:
+    """The demo events' change for incident_schedule's incidents (CALL_EVENTS.demo_incidents).
+    An event is held against the incidents under way at its time only (found by bisection):
+    against all of a week's, one every minute, the producer made 70 events/s, not 25,000."""
+    incidents = incident_schedule(start_ms, end_ms, every_s, length_s)
+    starts = [incident.start_ms for incident in incidents]
+    length_ms = int(length_s * 1000)
+
+    def change(event: CallEvent, rng: random.Random) -> CallEvent | None:
+        first = bisect.bisect_right(starts, event.event_time - length_ms)
+        under_way = incidents[first : bisect.bisect_right(starts, event.event_time)]
+        return with_incidents(event, under_way, rng)
+
+    return change

@@ -30,6 +30,11 @@ ExpectationsFactory = Callable[[], list[Any]]
 pays for importing Great Expectations (seconds)."""
 DemoEventFactory = Callable[[random.Random, int], Message]
 """(rng, event_time_ms) -> a realistic message of the flow's type, for the demo producer."""
+DemoEventChange = Callable[[Any, random.Random], Message | None]
+"""(event, rng) -> the demo event changed in place, or None if it never happened."""
+DemoIncidents = Callable[[int, int, float, float], DemoEventChange]
+"""(start_ms, end_ms, every_s, length_s) -> the change to the flow's demo events that injects an
+incident every every_s seconds, length_s long, between start_ms and end_ms."""
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -91,6 +96,9 @@ class FlowSpec:
     """Expectations that date partitions from the given date on must meet: for a field added
     later, whose column is null on the days before it existed."""
     demo_event: DemoEventFactory | None = field(default=None, compare=False, repr=False)
+    demo_incidents: DemoIncidents | None = field(default=None, compare=False, repr=False)
+    """Incidents in the demo events, for the flow's anomaly detection to find (`tidelake
+    produce --incident-every`, `tidelake dev`)."""
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
