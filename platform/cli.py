@@ -6,7 +6,6 @@ each command imports what it needs (Kafka client, protobuf, Spark, Dagster) when
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import signal
 import subprocess
@@ -342,7 +341,8 @@ def schemas_register(flows: tuple[str, ...]) -> None:
 @click.option(
     "--via-service",
     metavar="HOST:PORT",
-    help="Send through the gRPC ingest service (call_events) instead of straight to Kafka.",
+    help="Send through the flow's ingest edge (call_events: the gRPC ingest service) at "
+    "HOST:PORT instead of straight to Kafka.",
 )
 @click.option(
     "--incident-every",
@@ -389,10 +389,10 @@ def produce(
     if count is None and duration is None:
         raise click.UsageError("give --count N, or --duration S (with or without --rate R)")
     (spec,) = _get_flows([flow], "'FLOW'")
-    if via_service and (spec.name != "call_events" or days != 1):
-        raise click.UsageError(
-            "--via-service sends call_events with --days 1 (the service stamps arrival times)"
-        )
+    if via_service and spec.ingest_edge is None:
+        raise click.UsageError(f"--via-service: flow {spec.name} has no ingest edge")
+    if via_service and days != 1:
+        raise click.UsageError("--via-service sends with --days 1 (the edge stamps arrival times)")
     from tidelake.platform.dev.produce import (
         DemoTraffic,
         produce_demo_events,
@@ -502,6 +502,7 @@ def stream(
 
 
 @main.command()
+@click.argument("flow", metavar="[FLOW]", required=False)
 @click.option(
     "--host",
     default="127.0.0.1",
@@ -559,6 +560,7 @@ def stream(
     "topic's value subject in TIDELAKE_SCHEMA_REGISTRY_URL [env TIDELAKE_INGEST_FRAMED_VALUES].",
 )
 def serve(
+    flow: str | None,
     host: str,
     port: int,
     ack_timeout: float | None,
@@ -568,72 +570,38 @@ def serve(
     allow_plaintext: bool,
     framed_values: bool,
 ) -> None:
-    """Run the gRPC ingest service for call_events until SIGTERM/Ctrl-C.
+    """Run FLOW's ingest edge until SIGTERM/Ctrl-C (FLOW: the one declared flow that has one).
 
-    CallEventService (trackCall, trackCalls, getCallInfo), grpc.health.v1 and reflection. An
-    RPC answers OK only once Kafka acknowledged the event. On SIGTERM/Ctrl-C it stops taking
-    calls, finishes those in flight and flushes the producer. With TIDELAKE_INGEST_TOKEN set,
-    every CallEventService call must carry `authorization: Bearer <token>` (kept out of the
-    command line, where other users of the machine could read it).
+    call_events' is the gRPC ingest service: CallEventService (trackCall, trackCalls,
+    getCallInfo), grpc.health.v1 and reflection. An RPC answers OK only once Kafka acknowledged
+    the event. On SIGTERM/Ctrl-C it stops taking calls, finishes those in flight and flushes the
+    producer. With TIDELAKE_INGEST_TOKEN set, every CallEventService call must carry
+    `authorization: Bearer <token>` (kept out of the command line, where other users of the
+    machine could read it).
     """
     _configure_logging()
-    import logging
+    from tidelake.platform.ingest_edge import ServeOptions, flows_with_edges, ingest_edge
 
-    from tidelake.platform.calls.ingest_launcher import (
-        IngestSettings,
-        ServiceStopped,
-        check_can_serve,
-        start_ingest_server,
-    )
-    from tidelake.platform.calls.ingest_listen import ServiceSecurity
-    from tidelake.streaming.calls.call_events import CALL_EVENTS
-    from tidelake.streaming.kafka.admin import KafkaUnreachableError, check_reachable, ensure_topic
-    from tidelake.streaming.settings import host_settings, load_engine_settings
-    from tidelake.streaming.stream.stop_signals import graceful_stop_signals
-
-    security = ServiceSecurity(
+    declared = _declared_flows()
+    if flow is None:
+        edges = flows_with_edges(declared)
+        if len(edges) != 1:
+            names = ", ".join(f.name for f in edges) or "none"
+            raise click.UsageError(f"name the FLOW to serve; flows with an ingest edge: {names}")
+        (spec,) = edges
+    else:
+        (spec,) = _get_flows([flow], "'FLOW'")
+    options = ServeOptions(
+        host=host,
+        port=port,
+        ack_timeout_s=ack_timeout,
         tls_cert=tls_cert,
         tls_key=tls_key,
         client_ca=client_ca,
-        token=host_settings().ingest_token,
         allow_plaintext=allow_plaintext,
+        framed_values=framed_values,
     )
-    ingest = IngestSettings(host=host, port=port, security=security, framed_values=framed_values)
-    if ack_timeout is not None:
-        ingest = dataclasses.replace(ingest, ack_timeout_s=ack_timeout)
-    check_can_serve(ingest)  # before Kafka: a taken port fails at once (ListenError, exit 2)
-    from tidelake.streaming.settings import kafka_client_config
-
-    conf = kafka_client_config()
-    unreachable = None
-    settings = load_engine_settings()
-    try:
-        check_reachable(conf, timeout_s=5.0)
-        ensure_topic(conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
-    except KafkaUnreachableError as exc:  # the service logs it and serves NOT_SERVING
-        unreachable = str(exc)
-    uri = settings.table_uri(CALL_EVENTS.table)
-    service_log = logging.getLogger("tidelake.ingest")
-    with graceful_stop_signals(
-        service_log, "stopping: calls in flight finish, Kafka is flushed"
-    ) as stop:
-        try:
-            server = start_ingest_server(conf, uri, ingest, kafka_unreachable=unreachable)
-        except ServiceStopped:
-            return  # a Ctrl-C while it started: stopped, as asked
-        while not stop.wait(timeout=1.0):
-            # a Ctrl-C reaches the service's JVM too, and it may end before our handler runs
-            if server.exit_code is not None and not stop.wait(timeout=0.5):
-                raise CliError(
-                    f"the ingest service exited unexpectedly (exit code {server.exit_code}); "
-                    "its log above says why"
-                )
-        left = server.stop()
-    if left:
-        raise CliError(
-            f"{left} events were still waiting for Kafka at shutdown; their senders were not "
-            "told OK, so nothing acknowledged was lost"
-        )
+    ingest_edge(spec).serve(spec, options)
 
 
 @main.command()
@@ -667,7 +635,8 @@ def serve(
     default=50051,
     envvar="TIDELAKE_INGEST_PORT",
     show_default=True,
-    help="Port of the gRPC ingest service that call_events' demo events go through.",
+    help="Port of the first flow's ingest edge, which its demo events go through (call_events: "
+    "the gRPC ingest service); a further flow's edge takes the next port.",
 )
 @click.option(
     "--s3",

@@ -18,12 +18,13 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 from confluent_kafka import KafkaError, Message, Producer
 from google.protobuf.message import DecodeError
 from tqdm import tqdm
 
+from tidelake.platform.ingest_edge import DemoDelivery, ingest_edge
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow.spec import DemoEventChange, FlowSpec
 from tidelake.streaming.kafka.acls import WRITES
@@ -145,18 +146,16 @@ def send_demo_events_to_service(
     collect_keys: bool = False,
     **traffic: Unpack[DemoTraffic],
 ) -> ProduceReport:
-    """Send demo events of flow through its gRPC ingest service at address ("host:port"), as
-    produce_demo_events does to Kafka. The poison is events missing a field (the service
-    refuses them, and the report checks it did), and Kafka's timestamps are the service's
-    clock, so `days` must be 1. conf (the Kafka cluster behind the service) checks the topic."""
+    """Send demo events of flow through its ingest edge at address ("host:port"), as
+    produce_demo_events does to Kafka. The poison is events missing a field (the edge refuses
+    them, and the report checks it did), and Kafka's timestamps are the edge's clock, so `days`
+    must be 1. conf (the Kafka cluster behind the edge) checks the topic."""
     if traffic.get("days", 1) != 1:
         raise ValueError("the ingest service needs days=1: it stamps arrival with its clock")
     total, generator = _demo_messages(flow, traffic, typed_poison=True)
     require_topic(conf, flow.topic)
     require_access(conf, flow.topic, WRITES)
-    from tidelake.platform.calls.ingest_client import IngestServiceDelivery
-
-    delivery = IngestServiceDelivery(address)
+    delivery = ingest_edge(flow).demo_delivery(address)
     report = _send(flow, generator, delivery, total, traffic, progress, collect_keys)
     if delivery.rejected != generator.malformed:
         raise ProduceError(
@@ -200,7 +199,7 @@ def _demo_messages(
 def _send(
     flow: FlowSpec,
     generator: _DemoMessages,
-    delivery: _Delivery,
+    delivery: DemoDelivery,
     total: int | None,
     traffic: DemoTraffic,
     progress: bool,
@@ -412,16 +411,6 @@ class _DemoMessages:
         return b"\xff\xff\xff"  # the shape happened to parse for this message type
 
 
-class _Delivery(Protocol):
-    rejected: int
-
-    def send(self, key: bytes | None, value: bytes, timestamp_ms: int) -> None: ...
-    def poll(self, timeout_s: float) -> None: ...
-    def raise_if_failing(self, produced: int | None = None) -> None: ...
-    def finish(self) -> int: ...
-    def abort(self) -> None: ...
-
-
 class _KafkaDelivery:
     """Straight to Kafka: an idempotent acks=all producer; delivery failures are collected."""
 
@@ -476,7 +465,7 @@ class _KafkaDelivery:
             )
 
 
-def _wait_until(delivery: _Delivery, due: float) -> None:
+def _wait_until(delivery: DemoDelivery, due: float) -> None:
     """Pace to a rate: wait (serving callbacks) only when more than 2 ms ahead of schedule."""
     ahead = due - time.perf_counter()
     if ahead <= 0.002:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidelake.platform.dev.dagster_web import DagsterWeb, DagsterWebError
+from tidelake.platform.ingest_edge import flows_with_edges
 from tidelake.platform.local.kafka_broker import LocalKafkaBroker
 from tidelake.platform.local.kafka_security import SCRAM_MECHANISM
 from tidelake.platform.local.recorded_broker import (
@@ -33,7 +34,6 @@ from tidelake.platform.local.recorded_broker import (
     recorded_broker,
 )
 from tidelake.platform.local.s3_server import LocalS3Server
-from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.errors import ConfigError, TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.acls import role_grants
@@ -66,9 +66,11 @@ class DevOptions:
     """Whole days of demo history (at `rate`) put on an empty topic first, so that the anomaly
     model has days to learn from."""
     incident_every_s: float = 900.0
-    """The call_events producer injects a 5-minute incident this often."""
+    """The demo producer of a flow that declares demo_incidents injects a 5-minute incident
+    this often."""
     ingest_port: int = 50051
-    """Port of the gRPC ingest service (call_events' demo events go through it)."""
+    """Port of the first flow's ingest edge (call_events': the gRPC ingest service, which its
+    demo events go through); a further flow's edge takes the next port."""
     s3: bool = False
     """Keep the lake and the checkpoints on a local S3 server (SeaweedFS, its data under
     $TIDELAKE_HOME/s3) instead of local folders."""
@@ -159,12 +161,14 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
                 ensure_flow_topics(users.admin, flows)
             conf = users.admin  # tidelake dev's own client: topics, seeding, first dates
             ingest_env = {**env, **users.ingest_env}
-            service = None
-            if CALL_EVENTS in flows:
-                command = _serve_command(options)
-                serve = _process_group(command, ingest_env, name="the ingest service")
+            edges = {  # the flows' ingest edges, on ingest_port and the ports after it
+                flow.name: f"127.0.0.1:{options.ingest_port + n}"
+                for n, flow in enumerate(flows_with_edges(flows))
+            }
+            for name, address in edges.items():
+                command = _serve_command(name, address)
+                serve = _process_group(command, ingest_env, name=f"the ingest edge of {name}")
                 stack.enter_context(serve)
-                service = f"127.0.0.1:{options.ingest_port}"
             if options.rate > 0:
                 for flow in flows:
                     if flow.demo_event is not None and options.history_days > 0:
@@ -173,7 +177,7 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
                         return 0
                 for flow in flows:
                     if flow.demo_event is not None:
-                        via = service if flow == CALL_EVENTS else None
+                        via = edges.get(flow.name)
                         command = _producer_command(flow, options, via)
                         name = f"the demo producer of {flow.name}"
                         stack.enter_context(_process_group(command, ingest_env, name=name))
@@ -184,7 +188,7 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
             dagster = stack.enter_context(_dagster_dev(options, dagster_env))
             print(
                 f"tidelake dev: Dagster UI on http://{options.host}:{options.port}, "
-                f"ingest service on {service or 'none'} "
+                f"ingest edges: {', '.join(f'{n} on {a}' for n, a in edges.items()) or 'none'} "
                 f"(DAGSTER_HOME={env['DAGSTER_HOME']}, Kafka {conf['bootstrap.servers']}); "
                 "Ctrl-C stops everything",
                 file=sys.stderr,
@@ -399,15 +403,9 @@ def _producer_command(flow: FlowSpec, options: DevOptions, via: str | None) -> l
     return command + (["--via-service", via] if via else [])
 
 
-def _serve_command(options: DevOptions) -> list[str]:
-    return [
-        *_cli(),
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(options.ingest_port),
-    ]
+def _serve_command(flow: str, address: str) -> list[str]:
+    host, port = address.rsplit(":", 1)
+    return [*_cli(), "serve", flow, "--host", host, "--port", port]
 
 
 def _dagster_command(options: DevOptions) -> list[str]:

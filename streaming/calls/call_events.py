@@ -48,6 +48,7 @@ CALL_EVENTS = FlowSpec(
     owners=("team:voice-insights",),
     demo_event=demo_events.call_event,
     demo_incidents=demo_events.incidents_every,
+    ingest_edge="tidelake.platform.calls.ingest_edge",
     expectations=call_event_expectations,
 )
 

@@ -99,6 +99,10 @@ class FlowSpec:
     demo_incidents: DemoIncidents | None = field(default=None, compare=False, repr=False)
     """Incidents in the demo events, for the flow's anomaly detection to find (`tidelake
     produce --incident-every`, `tidelake dev`)."""
+    ingest_edge: str | None = None
+    """The module of the service in front of the topic, where the flow's events enter, if it
+    has one (platform/ingest_edge.py: `tidelake serve`, and `tidelake dev` sends the demo
+    events through it)."""
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
