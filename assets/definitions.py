@@ -15,7 +15,7 @@ from tidelake.assets.flow_definitions import flow_definitions
 from tidelake.assets.resources import KafkaResource, engine_settings, spark_resource
 from tidelake.assets.stream.supervisor_decision import SupervisorPolicy
 from tidelake.streaming.calls.call_events import CALL_EVENTS
-from tidelake.streaming.flow.registry import declared_flows
+from tidelake.streaming.flow.declared import declared_flows
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
 

@@ -54,14 +54,14 @@ def _configure_logging() -> None:
 
 def _declared_flows() -> dict[str, Any]:
     """tidelake's flows plus those of TIDELAKE_FLOW_MODULES."""
-    from tidelake.streaming.flow.registry import declared_flows
+    from tidelake.streaming.flow.declared import declared_flows
     from tidelake.streaming.settings import load_engine_settings
 
     return declared_flows(load_engine_settings().flow_modules)
 
 
 def _get_flows(names: tuple[str, ...] | list[str], param: str) -> list[Any]:
-    from tidelake.streaming.flow.registry import get_flow
+    from tidelake.streaming.flow.declared import get_flow
 
     flows = _declared_flows()
     if not names:
@@ -287,7 +287,7 @@ def schemas_register(flows: tuple[str, ...]) -> None:
     first; an incompatible .proto is refused and nothing is registered."""
     specs = _get_flows(flows, "'FLOW'")
     from tidelake.streaming.flow.descriptor_set import proto_source
-    from tidelake.streaming.schemas.registry import require_registry, value_subject
+    from tidelake.streaming.schemas.registry_client import require_registry, value_subject
 
     registry = require_registry()
     for spec in specs:

@@ -42,7 +42,7 @@ from tidelake.streaming.flow.engine_columns import KAFKA_OFFSET
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.read import java_client_options
 from tidelake.streaming.schemas.framing import flow_frame_prefix
-from tidelake.streaming.schemas.registry import require_registry, value_subject
+from tidelake.streaming.schemas.registry_client import require_registry, value_subject
 from tidelake.streaming.spark.jars import ingest_classpath, java_executable
 from tidelake.streaming.storage.s3_settings import s3_settings
 

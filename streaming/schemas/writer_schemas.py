@@ -30,7 +30,7 @@ from tidelake.streaming.flow.contract import WORDING
 from tidelake.streaming.flow.field_types import reads_as, type_name
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.schemas.framing import message_paths
-from tidelake.streaming.schemas.registry import (
+from tidelake.streaming.schemas.registry_client import (
     SchemaRegistry,
     SchemaRegistryUnavailableError,
     WriterSchema,

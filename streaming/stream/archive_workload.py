@@ -14,7 +14,7 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from tidelake.streaming.delta.write import MicroBatchWriter, ensure_flow_tables
-from tidelake.streaming.flow.registry import declared_flows
+from tidelake.streaming.flow.declared import declared_flows
 from tidelake.streaming.records.decode import decode_records
 from tidelake.streaming.records.dedup import drop_repeats_in_stream
 from tidelake.streaming.schemas.writer_schemas import WriterSchemas

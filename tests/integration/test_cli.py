@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from tidelake.platform.cli import main
 from tidelake.streaming.calls.call_events import CALL_EVENTS
-from tidelake.streaming.flow import registry as flows
+from tidelake.streaming.flow import declared as flows
 from tidelake.streaming.settings import kafka_client_config
 
 TIDELAKE = Path(sys.executable).with_name("tidelake")

@@ -38,7 +38,7 @@ from tidelake.streaming.batch.backfill import plan_backfill, run_backfill
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.flow.descriptor_set import proto_source
 from tidelake.streaming.kafka.admin import quiet_client_config
-from tidelake.streaming.schemas.registry import (
+from tidelake.streaming.schemas.registry_client import (
     SchemaRegistrationError,
     SchemaRegistry,
     _protoc,

@@ -16,12 +16,12 @@ from tidelake.assets.quality.partition_checks import EXPECTATIONS, QUARANTINE_SH
 from tidelake.assets.stream.always_on import STREAM_TAG
 from tidelake.assets.tables.asset_specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
 from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.flow.declared import FLOWS
 from tidelake.streaming.flow.engine_columns import (
     ENGINE_COLUMN_DESCRIPTIONS,
     ENGINE_COLUMNS,
     PARTITION_COLUMN_DESCRIPTION,
 )
-from tidelake.streaming.flow.registry import FLOWS
 from tidelake.streaming.settings import EngineSettings
 
 REPO = Path(__file__).resolve().parents[2]

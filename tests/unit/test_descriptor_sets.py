@@ -8,13 +8,13 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, ti
 
 from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.flow.declared import FLOWS
 from tidelake.streaming.flow.descriptor_set import (
     DescriptorSetError,
     descriptor_set,
     field_comments,
     load_descriptor_set,
 )
-from tidelake.streaming.flow.registry import FLOWS
 from tidelake.streaming.flow.spec import FlowSpec
 
 REPO = Path(__file__).resolve().parents[2]

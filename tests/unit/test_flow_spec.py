@@ -17,7 +17,7 @@ from google.protobuf.message import Message
 
 from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming.calls.call_events import CALL_EVENTS
-from tidelake.streaming.flow.registry import FLOWS, get_flow
+from tidelake.streaming.flow.declared import FLOWS, get_flow
 from tidelake.streaming.flow.spec import FieldCheck, FlowSpec, FlowSpecError
 from tidelake.streaming.flow.table_schema import table_schema
 
@@ -253,7 +253,7 @@ def test_get_flow_error_lists_the_declared_flows():
 
 def test_flow_modules_add_a_deployments_own_flows(tmp_path, monkeypatch):
     from tidelake.streaming.errors import ConfigError
-    from tidelake.streaming.flow.registry import declared_flows
+    from tidelake.streaming.flow.declared import declared_flows
     from tidelake.streaming.settings import EngineSettings
 
     (tmp_path / "unit_team_flows.py").write_text(

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from tidelake.platform.cli import main
-from tidelake.streaming.schemas.registry import ENV_PREFIX as REGISTRY_PREFIX
+from tidelake.streaming.schemas.registry_client import ENV_PREFIX as REGISTRY_PREFIX
 from tidelake.streaming.settings import EngineSettings, HostSettings
 
 REPO = Path(__file__).resolve().parents[2]

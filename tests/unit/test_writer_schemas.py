@@ -19,7 +19,7 @@ from tidelake.protos import call_pb2
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.errors import ConfigError
 from tidelake.streaming.schemas.framing import flow_frame_prefix, frame_prefix, message_indexes
-from tidelake.streaming.schemas.registry import (
+from tidelake.streaming.schemas.registry_client import (
     SchemaRegistry,
     SchemaRegistryUnavailableError,
     WriterSchema,
