@@ -126,7 +126,7 @@ def test_ctrl_c_while_seeding_history_stops_cleanly(
     assert said == [
         "tidelake dev: stopping (SIGINT)",
         "tidelake dev: stopped seeding call-events",
-        "tidelake dev: stopped the ingest service",
+        "tidelake dev: stopped the ingest edge of call_events",
     ], lines
     _, alive = psutil.wait_procs(family, timeout=30)
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]

@@ -516,7 +516,7 @@ def test_ctrl_c_stops_everything_it_started(stack: Stack) -> None:
     said = stack.log.read_bytes()[before:].decode(errors="replace")
     assert "Traceback" not in said, said
     assert f"tidelake dev: stopping the {JOB} run {running[:8]}" in said
-    for component in ("dg dev", "the ingest service"):
+    for component in ("dg dev", "the ingest edge of call_events"):
         assert f"tidelake dev: stopped {component}" in said
     with dg.DagsterInstance.from_config(str(stack.log.parent / "dagster_home")) as instance:
         run = instance.get_run_by_id(running)
