@@ -582,9 +582,8 @@ def serve(
     _configure_logging()
     from tidelake.platform.ingest_edge import ServeOptions, flows_with_edges, ingest_edge
 
-    declared = _declared_flows()
     if flow is None:
-        edges = flows_with_edges(declared)
+        edges = flows_with_edges(_declared_flows().values())
         if len(edges) != 1:
             names = ", ".join(f.name for f in edges) or "none"
             raise click.UsageError(f"name the FLOW to serve; flows with an ingest edge: {names}")

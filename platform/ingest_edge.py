@@ -10,10 +10,10 @@ changes for it.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from tidelake.streaming.errors import ConfigError
 from tidelake.streaming.flow.spec import FlowSpec
@@ -74,7 +74,6 @@ def ingest_edge(flow: FlowSpec) -> IngestEdge:
     return edge
 
 
-def flows_with_edges(flows: Mapping[str, FlowSpec] | list[FlowSpec]) -> list[FlowSpec]:
+def flows_with_edges(flows: Iterable[FlowSpec]) -> list[FlowSpec]:
     """The flows that declare an ingest edge, in order."""
-    values: Any = flows.values() if isinstance(flows, Mapping) else flows
-    return [flow for flow in values if flow.ingest_edge is not None]
+    return [flow for flow in flows if flow.ingest_edge is not None]
