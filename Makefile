@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help dev dev-s3 dev-secured s3-server schema-registry bench-s3 bench-framed bench-secured venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster soak bench-delta-log bench-dagster-history bench-dedup-state broker clean
+.PHONY: help dev dev-s3 dev-secured schema-registry bench-s3 bench-framed bench-secured venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster soak bench-delta-log bench-dagster-history bench-dedup-state broker clean
 
 help:
 	@echo "make dev               the whole platform locally; Dagster UI on http://127.0.0.1:3000"
@@ -25,7 +25,6 @@ help:
 	@echo "make bench-dagster-history  the supervisor's tick and the asset pages with 30 days of Dagster history"
 	@echo "make dev-s3            the same with the lake and checkpoints on a local S3 server"
 	@echo "make dev-secured       the same on a secured broker (SASL_SSL, SCRAM, ACLs), a user per process"
-	@echo "make s3-server         build the local S3 server (SeaweedFS) into the cache, once"
 	@echo "make schema-registry   build the local schema registry (Apicurio) into the cache, once"
 	@echo "make broker            run a local Apache Kafka broker (KRaft) in the foreground"
 
@@ -57,12 +56,8 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-test: check-protos lint typecheck jvm-test test-packages s3-server schema-registry
+test: check-protos lint typecheck jvm-test test-packages schema-registry
 	$(BIN)/pytest --timeout=900 --durations=40
-
-# SeaweedFS, the S3 server of the tests and of make dev-s3, built once per machine into the cache
-s3-server: $(STAMP)
-	$(BIN)/tidelake install-s3-server
 
 # Apicurio Registry (Confluent's registry API), built from Maven Central into the cache, once
 schema-registry: $(STAMP)
@@ -92,7 +87,7 @@ bench-cluster: $(STAMP)
 	cd bench && ../$(BIN)/python engine_throughput.py --skip-floor --also-on-cluster --out ../bench-results/cluster.json
 
 # both engine benchmarks again with the lake and checkpoints on a local S3 server, same run
-bench-s3: s3-server
+bench-s3: $(STAMP)
 	cd bench && ../$(BIN)/python engine_throughput.py --also-on-s3 --out ../bench-results/throughput-s3.json
 	cd bench && ../$(BIN)/python engine_latency.py --also-on-s3 --out ../bench-results/latency-s3.json
 
@@ -111,7 +106,7 @@ soak: $(STAMP)
 bench-dedup-state: $(STAMP)
 	cd bench && ../$(BIN)/python dedup_state.py --out ../bench-results/dedup-state.json $(DEDUP_ARGS)
 
-bench-delta-log: s3-server
+bench-delta-log: $(STAMP)
 	cd bench && ../$(BIN)/python delta_log_age.py --out ../bench-results/delta-log.json
 
 bench-dagster-history: test-packages
@@ -123,7 +118,7 @@ bench-latency: $(STAMP)
 dev: $(STAMP)
 	$(BIN)/tidelake dev
 
-dev-s3: s3-server
+dev-s3: $(STAMP)
 	$(BIN)/tidelake dev --s3
 
 dev-secured: $(STAMP)

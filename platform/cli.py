@@ -641,8 +641,8 @@ def serve(
     "--s3",
     is_flag=True,
     envvar="TIDELAKE_DEV_S3",
-    help="Keep the lake and checkpoints on a local S3 server (SeaweedFS; `make s3-server` "
-    "builds it once) instead of local folders.",
+    help="Keep the lake and checkpoints on a local S3 server (SeaweedFS, installed with "
+    "tidelake) instead of local folders.",
 )
 @click.option(
     "--secured-kafka",
@@ -733,22 +733,6 @@ def install_jars() -> None:
         f"{'offline from ~/.m2' if report.offline else 'from Maven Central'}; "
         f"{len(report.dropped)} left out as pyspark ships them)"
     )
-
-
-@main.command("install-s3-server")
-def install_s3_server() -> None:
-    """Build the local S3 server (SeaweedFS, from the Go module proxy) into the cache, once.
-
-    5-10 minutes on 2 cores the first time, nothing after; `make s3-server` (so `make test`)
-    runs it. `tidelake dev --s3` and the tests run the binary it builds.
-    """
-    from tidelake.platform.local.s3_server import S3ServerError, install_seaweedfs
-
-    try:
-        binary = install_seaweedfs(report=click.echo)
-    except S3ServerError as exc:
-        raise CliError(str(exc)) from None
-    click.echo(f"local S3 server: {binary}")
 
 
 @main.command("install-schema-registry")

