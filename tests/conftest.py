@@ -22,6 +22,7 @@ import os
 import re
 import signal
 import socket
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -44,10 +45,13 @@ def pytest_configure(config: pytest.Config) -> None:
     stop tests send: such a run hung them for two minutes each. Ctrl-C is delivered again.
 
     The commands and runs the suite starts get SHORT_LIVED_DRIVERS unless TIDELAKE_SPARK_CONF
-    is set already."""
+    is set already, and a TIDELAKE_HOME of this test process's own: never the developer's
+    `.tidelake/` (a running `tidelake broker` there), nor that of the other xdist worker (`make
+    test` runs two: tests wait on brokers, JVMs and Dagster's ticks a third of the time)."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.setdefault("TIDELAKE_SPARK_CONF", json.dumps(SHORT_LIVED_DRIVERS))
+    os.environ["TIDELAKE_HOME"] = tempfile.mkdtemp(prefix="tidelake-test-home-")
 
 
 SHORT_LIVED_DRIVERS = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
