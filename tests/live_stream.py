@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 from lake_readers import read_delta
 
+from tidelake.platform.dev.dagster_web import wait_for
 from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
 from tidelake.streaming.stream.query import FlowStream, await_query, run_query
 
@@ -82,10 +82,8 @@ def running_stream(spark: Any, flow: Any, settings: Any, kafka_conf: Any) -> Ite
     stop = threading.Event()
     runner = threading.Thread(target=await_query, args=(query, stop), daemon=True)
     runner.start()
-    deadline = time.monotonic() + 60
-    while not query.lastProgress and time.monotonic() < deadline:
-        time.sleep(0.2)
     try:
+        wait_for(lambda: query.lastProgress or None, 60, "the stream's first batch", 0.2)
         yield stream
     finally:
         stop.set()
@@ -112,9 +110,12 @@ class BackgroundProducer(threading.Thread):
 
 def wait_for_rows(uri: str, rows: int, timeout_s: float = 90) -> int:
     """Rows in the table once it holds at least `rows`, or whatever it holds at the timeout."""
-    deadline = time.monotonic() + timeout_s
-    count = read_delta(uri).num_rows
-    while count < rows and time.monotonic() < deadline:
-        time.sleep(0.5)
+
+    def enough() -> int | None:
         count = read_delta(uri).num_rows
-    return count
+        return count if count >= rows else None
+
+    try:
+        return wait_for(enough, timeout_s, f"{rows} rows in {uri}", 0.5)
+    except TimeoutError:
+        return read_delta(uri).num_rows

@@ -5,16 +5,17 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pandas as pd
 import pytest
 from confluent_kafka import Producer
-from kafka_topics import ON_SECURED_S3, read_values
+from kafka_topics import ON_SECURED_S3, read_values, topic_records
 from lake_readers import read_delta
 from pyspark.sql import functions as F
 
+from tidelake.platform.dev.dagster_web import wait_for
 from tidelake.protos.anomaly_pb2 import CallAnomaly
 from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming.calls.anomaly.detector import AnomalyDetector
@@ -23,6 +24,7 @@ from tidelake.streaming.calls.anomaly.model import minute_windows, train_baselin
 from tidelake.streaming.calls.anomaly.store import ModelInfo, save_model
 from tidelake.streaming.calls.demo_events import ACCOUNTS, scenario_events
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic
+from tidelake.streaming.kafka.offsets import from_json_offsets
 from tidelake.streaming.stream.query import await_query
 
 RATE = 600  # calls per minute
@@ -61,9 +63,7 @@ class RunningDetector:
             target=await_query, args=(self.query, self.stop), daemon=True
         )
         self.thread.start()
-        deadline = time.monotonic() + 60
-        while self.query.lastProgress is None and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for(lambda: self.query.lastProgress, 60, "the detector's first batch", 0.2)
 
     def close(self) -> None:
         self.stop.set()
@@ -84,14 +84,25 @@ def anomalies(detector: AnomalyDetector) -> pd.DataFrame:
         return pd.DataFrame(columns=["key", "metric", "window_start", "model_version"])
 
 
-def wait_for(check, timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.5)
+def until(check: Callable[[], bool], what: str) -> None:
+    wait_for(lambda: True if check() else None, 90, what, 0.5)
+
+
+def wait_caught_up(running: RunningDetector, kafka_conf: dict[str, Any], topic: str) -> None:
+    """Until a finished micro-batch has read every record now on the topic, so that what is sent
+    next makes a batch of its own."""
+    sent = topic_records(kafka_conf, topic)
+
+    def read_all() -> bool | None:
+        progress = running.query.lastProgress
+        ends = from_json_offsets(progress["sources"][0]["endOffset"]) if progress else {}
+        return True if sum(ends.values()) >= sent else None
+
+    wait_for(read_all, 90, f"the detector to read the {sent} records of {topic}", 0.2)
 
 
 def send_burst(
+    running: RunningDetector,
     kafka_conf: dict[str, Any],
     topic: str,
     start_ms: int,
@@ -103,7 +114,7 @@ def send_burst(
     moves the watermark past the minutes, the second makes a batch that emits them."""
     send(kafka_conf, topic, scenario_events(seed, start_ms, minutes, RATE, incidents))
     for n in range(2):
-        time.sleep(2.5)  # more than the trigger interval: a batch of its own
+        wait_caught_up(running, kafka_conf, topic)
         send(
             kafka_conf, topic, scenario_events(seed + n, start_ms + (minutes + 1) * MINUTE_MS, 1, 2)
         )
@@ -136,8 +147,10 @@ def test_finds_incidents_reloads_models_and_restarts_at_the_latest_offsets(
     running = RunningDetector(spark, detector)
     try:
         spike = Incident("failure_spike", ACCOUNTS[0], t0 + 2 * MINUTE_MS, t0 + 4 * MINUTE_MS)
-        send_burst(kafka_conf, flow.topic, t0, 6, seed=10, incidents=[spike])
-        wait_for(lambda: (anomalies(detector)["metric"] == "failure_rate").sum() >= 2)
+        send_burst(running, kafka_conf, flow.topic, t0, 6, seed=10, incidents=[spike])
+        until(
+            lambda: (anomalies(detector)["metric"] == "failure_rate").sum() >= 2, "2 spike minutes"
+        )
         found = anomalies(detector)
         spikes = found[(found["key"] == ACCOUNTS[0]) & (found["metric"] == "failure_rate")]
         minutes = {int(ts.timestamp() * 1000) for ts in spikes["window_start"]}
@@ -150,8 +163,9 @@ def test_finds_incidents_reloads_models_and_restarts_at_the_latest_offsets(
 
         save_version(spark, engine_settings, 2, t0 - 240 * MINUTE_MS)  # a retrained model
         spike2 = Incident("failure_spike", ACCOUNTS[0], t0 + 9 * MINUTE_MS, t0 + 10 * MINUTE_MS)
-        send_burst(kafka_conf, flow.topic, t0 + 8 * MINUTE_MS, 3, seed=20, incidents=[spike2])
-        wait_for(lambda: (anomalies(detector)["model_version"] == 2).any())
+        later = t0 + 8 * MINUTE_MS
+        send_burst(running, kafka_conf, flow.topic, later, 3, seed=20, incidents=[spike2])
+        until(lambda: (anomalies(detector)["model_version"] == 2).any(), "model 2's anomalies")
         newer = anomalies(detector)
         assert set(newer[newer["model_version"] == 2]["key"]) >= {ACCOUNTS[0]}
     finally:
@@ -159,14 +173,14 @@ def test_finds_incidents_reloads_models_and_restarts_at_the_latest_offsets(
 
     # while the detector is down, an incident happens; after the restart it is not reported
     missed = Incident("failure_spike", ACCOUNTS[0], t0 + 14 * MINUTE_MS, t0 + 16 * MINUTE_MS)
-    send_burst(kafka_conf, flow.topic, t0 + 13 * MINUTE_MS, 4, seed=30, incidents=[missed])
+    send(kafka_conf, flow.topic, scenario_events(30, t0 + 13 * MINUTE_MS, 4, RATE, [missed]))
     before = len(anomalies(detector))
     scored = detector.batches_scored
     running = RunningDetector(spark, detector)
     try:
-        send_burst(kafka_conf, flow.topic, t0 + 18 * MINUTE_MS, 3, seed=40)
-        wait_for(lambda: detector.batches_scored > scored)
-        time.sleep(3)
+        send_burst(running, kafka_conf, flow.topic, t0 + 18 * MINUTE_MS, 3, seed=40)
+        wait_caught_up(running, kafka_conf, flow.topic)
+        assert detector.batches_scored > scored
     finally:
         running.close()
     assert len(anomalies(detector)) == before

@@ -19,6 +19,7 @@ from live_stream import produce_and_stream, run_available_now
 from process_states import kill_tree
 from stores import ON_BOTH_STORES
 
+from tidelake.platform.dev.dagster_web import wait_for
 from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.settings import kafka_client_env
@@ -52,11 +53,11 @@ def _start(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen:
 
 
 def _wait_for_commit_after(table: str, version: int, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + 180
-    while _version(table) <= version:
+    def committed() -> bool | None:
         assert proc.poll() is None, f"stream exited early:\n{log.read_text()[-3000:]}"
-        assert time.monotonic() < deadline, f"no commit in 180 s:\n{log.read_text()[-3000:]}"
-        time.sleep(0.2)
+        return True if _version(table) > version else None
+
+    wait_for(committed, 180, f"a commit after version {version}", 0.2)
 
 
 @ON_BOTH_STORES  # the commit protocol differs per store; the broker is not the subject

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +19,7 @@ from lake_readers import read_delta
 from live_stream import BackgroundProducer
 from stores import ON_BOTH_STORES
 
+from tidelake.platform.dev.dagster_web import wait_for
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.delta.tables import open_table
@@ -123,16 +123,14 @@ def test_stream_backfill_compaction_and_vacuum_in_separate_processes(
 
 
 def _wait_for_rows(table: str, rows: int, stream: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
+    def reached() -> bool | None:
         assert stream.poll() is None, f"the stream exited:\n{stream.stdout.read()[-3000:]}"  # type: ignore[union-attr]
         try:
-            if read_delta(table).num_rows >= rows:
-                return
-        except Exception:
-            pass
-        time.sleep(1)
-    raise AssertionError(f"{table} did not reach {rows} rows")
+            return True if read_delta(table).num_rows >= rows else None
+        except Exception:  # no table before the stream's first commit
+            return None
+
+    wait_for(reached, 300, f"{rows} rows in {table}", 1)
 
 
 def _assert_every_version_intact(table: str) -> None:

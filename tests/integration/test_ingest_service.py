@@ -32,6 +32,7 @@ from tidelake.platform.calls.ingest_launcher import (
     _service_config,
     start_ingest_server,
 )
+from tidelake.platform.dev.dagster_web import wait_for
 from tidelake.platform.dev.produce import send_demo_events_to_service
 from tidelake.protos import service_pb2, service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent, CallSid
@@ -69,10 +70,7 @@ class Client:
         return self.health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME)).status
 
     def wait_for_status(self, wanted: int, timeout_s: float = 20) -> None:
-        deadline = time.monotonic() + timeout_s
-        while self.status() != wanted:
-            assert time.monotonic() < deadline, f"health never became {wanted}"
-            time.sleep(0.2)
+        wait_for(lambda: self.status() == wanted or None, timeout_s, f"health {wanted}", 0.2)
 
 
 @pytest.fixture

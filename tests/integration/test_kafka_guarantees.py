@@ -19,6 +19,7 @@ from kafka_topics import read_values, set_retention
 from lake_readers import duckdb_query, read_delta
 from live_stream import run_available_now
 
+from tidelake.platform.dev.dagster_web import wait_for
 from tidelake.protos.call_pb2 import CallEvent
 from tidelake.streaming.batch.backfill import plan_backfill, run_backfill
 from tidelake.streaming.calls.call_events import CALL_EVENTS
@@ -141,13 +142,12 @@ def test_records_deleted_by_retention_before_the_stream_read_them_stop_it_loudly
 def _wait_for_log_start(kafka_conf: dict[str, Any], topic: str, offset: int) -> None:
     consumer = Consumer(quiet_client_config({**kafka_conf, "group.id": "test-retention"}))
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def moved() -> bool | None:
             low, _ = consumer.get_watermark_offsets(TopicPartition(topic, 0), 10, cached=False)
-            if low >= offset:
-                return
-            time.sleep(0.5)
-        pytest.fail(f"retention did not move the start of {topic}/0 to {offset} within 60s")
+            return True if low >= offset else None
+
+        wait_for(moved, 60, f"retention to move the start of {topic}/0 to {offset}", 0.5)
     finally:
         consumer.close()
 

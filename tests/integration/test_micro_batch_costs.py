@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lake_readers import read_delta, rows_added_by_version
-from live_stream import produce_and_stream, running_stream
+from lake_readers import rows_added_by_version
+from live_stream import produce_and_stream, running_stream, wait_for_rows
 
+from tidelake.platform.dev.dagster_web import wait_for
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.streaming.stream.query import FlowStream, await_query
 
@@ -24,13 +25,13 @@ def _generated_code(query: Any, spark: Any) -> str:
 
 
 def _next_batch(query: Any, after: int, timeout_s: float = 60) -> int:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def next_with_rows() -> int | None:
         progress = query.lastProgress
         if progress and progress["batchId"] > after and progress["numInputRows"] > 0:
             return int(progress["batchId"])
-        time.sleep(0.1)
-    raise AssertionError(f"no micro-batch with rows after batch {after} in {timeout_s} s")
+        return None
+
+    return wait_for(next_with_rows, timeout_s, f"a micro-batch with rows after {after}", 0.1)
 
 
 def test_every_micro_batch_runs_the_code_generated_for_the_first(
@@ -74,11 +75,7 @@ def test_a_stream_started_on_an_empty_topic_commits_what_arrives_later(
     runner.start()
     try:
         report = produce_demo_events(flow, kafka_conf, count=50, seed=5, progress=False)
-        deadline = time.monotonic() + 120
-        rows = 0
-        while rows < report.good and time.monotonic() < deadline:
-            time.sleep(0.5)
-            rows = read_delta(stream.table_uri).num_rows
+        rows = wait_for_rows(stream.table_uri, report.good, timeout_s=120)
     finally:
         stop.set()
         runner.join(timeout=60)
