@@ -3,8 +3,6 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# pytest processes of make test, each taking a whole test module at a time (pytest-xdist)
-TEST_WORKERS ?= 2
 
 .PHONY: help dev dev-s3 dev-secured schema-registry bench-s3 bench-framed bench-secured venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster soak bench-delta-log bench-dagster-history bench-dedup-state broker clean
 
@@ -59,7 +57,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 test: check-protos lint typecheck jvm-test test-packages schema-registry
-	$(BIN)/pytest --timeout=900 --durations=40 -n $(TEST_WORKERS) --dist loadscope
+	$(BIN)/pytest --timeout=900 --durations=40
 
 # Apicurio Registry (Confluent's registry API), built from Maven Central into the cache, once
 schema-registry: $(STAMP)

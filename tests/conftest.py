@@ -45,9 +45,8 @@ def pytest_configure(config: pytest.Config) -> None:
     stop tests send: such a run hung them for two minutes each. Ctrl-C is delivered again.
 
     The commands and runs the suite starts get SHORT_LIVED_DRIVERS unless TIDELAKE_SPARK_CONF
-    is set already, and a TIDELAKE_HOME of this test process's own: never the developer's
-    `.tidelake/` (a running `tidelake broker` there), nor that of the other xdist worker (`make
-    test` runs two: tests wait on brokers, JVMs and Dagster's ticks a third of the time)."""
+    is set already, and a TIDELAKE_HOME of the suite's own: never the developer's `.tidelake/`
+    (the state of a `tidelake broker` they run there)."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.setdefault("TIDELAKE_SPARK_CONF", json.dumps(SHORT_LIVED_DRIVERS))
