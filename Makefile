@@ -34,8 +34,8 @@ $(STAMP): pyproject.toml setup.py jvm/pom.xml jvm/spark-jars/pom.xml jvm/kafka-b
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
 	@command -v mvn >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq maven >/dev/null; } || { echo "need Maven 3.8+ (Debian package maven) for the JVM jars"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet --upgrade pip "uv>=0.13,<0.14"
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[dev]"
 	$(BIN)/tidelake install-jars
 	$(BIN)/tidelake spark-archive
 	@touch $@
