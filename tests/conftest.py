@@ -20,6 +20,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import tempfile
@@ -51,6 +52,10 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.setdefault("TIDELAKE_SPARK_CONF", json.dumps(SHORT_LIVED_DRIVERS))
     os.environ["TIDELAKE_HOME"] = tempfile.mkdtemp(prefix="tidelake-test-home-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(os.environ.get("TIDELAKE_HOME", ""), ignore_errors=True)
 
 
 SHORT_LIVED_DRIVERS = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
