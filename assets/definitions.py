@@ -40,6 +40,9 @@ def build_definitions(
     ]
     shared = dg.Definitions(
         resources={"kafka": KafkaResource(), "spark": spark_resource(settings)},
+        # a run's steps share its process and so its one Spark session: a process per step
+        # started a JVM per step (docs/running.md, "A run's steps share one process")
+        executor=dg.in_process_executor,
         # compaction runs when a date closes: automation must be on from the start
         sensors=[
             dg.AutomationConditionSensorDefinition(

@@ -154,3 +154,10 @@ def test_partitions_start_at_the_deployments_first_date(tmp_path: Path) -> None:
     }
     assert starts == {date(2026, 11, 20)}
     assert CALL_EVENTS.first_date == date(2026, 1, 1)  # the declaration itself is unchanged
+
+
+def test_every_job_runs_its_steps_in_the_runs_own_process() -> None:
+    """One process per run, so one Spark session per run: a process per step started a JVM per
+    Spark step of a date's run."""
+    jobs = [defs.resolve_implicit_global_asset_job_def(), *defs.resolve_all_job_defs()]
+    assert {job.executor_def.name for job in jobs} == {dg.in_process_executor.name}
