@@ -32,14 +32,12 @@ BACKFILL = """
 import sys
 from tidelake.streaming.batch.backfill import backfill_dates
 from tidelake.streaming.calls.call_events import CALL_EVENTS
-from tidelake.streaming.delta.tables import open_table
-from tidelake.streaming.storage.location import Location
 from tidelake.streaming.spark.session import build_spark_session
 from tidelake.streaming.settings import kafka_client_config, load_engine_settings
-settings = load_engine_settings()
-backfill_dates(
-    build_spark_session(), CALL_EVENTS, sys.argv[1].split(","), settings, kafka_client_config()
-)
+settings, spark = load_engine_settings(), build_spark_session()
+for line in sys.stdin:  # a round: the dates to backfill, comma-separated
+    backfill_dates(spark, CALL_EVENTS, line.strip().split(","), settings, kafka_client_config())
+    print("backfilled", flush=True)
 """
 
 COMPACT = """
@@ -56,10 +54,13 @@ vacuum_table(sys.argv[1])
 """
 
 
-def _python(script: str, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+def _python(
+    script: str, *args: str, env: dict[str, str], stdin: int | None = None
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", script, *args],
         env=env,
+        stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -99,15 +100,25 @@ def test_stream_backfill_compaction_and_vacuum_in_separate_processes(
         _wait_for_rows(table, 1, stream)
         producer = BackgroundProducer(flow, kafka_conf, count=3000, rate=100, seed=32)
         producer.start()
-        days = sorted({*history.by_date, datetime.now(UTC).date().isoformat()})
+        days = ",".join(sorted({*history.by_date, datetime.now(UTC).date().isoformat()}))
+        # one backfill process takes every round (a JVM started once, not once a round), the
+        # compaction and the vacuum of a round start with its backfill
+        backfill = _python(BACKFILL, env=env, stdin=subprocess.PIPE)
+        assert backfill.stdin is not None and backfill.stdout is not None
         for _ in range(ROUNDS):
-            workers = {
-                "backfill": _python(BACKFILL, ",".join(days), env=env),
-                "compaction": _python(COMPACT, table, ",".join(days), env=env),
+            backfill.stdin.write(days + "\n")
+            backfill.stdin.flush()
+            maintenance = {
+                "compaction": _python(COMPACT, table, days, env=env),
                 "vacuum": _python(VACUUM, table, env=env),
             }
-            for name, proc in workers.items():
+            for name, proc in maintenance.items():
                 _finish(proc, name)
+            said = []
+            while (line := backfill.stdout.readline()) and line.strip() != "backfilled":
+                said.append(line)
+            assert line, "the backfill exited:\n" + "".join(said)[-3000:]
+        _finish(backfill, "backfill")
         live = producer.join()
         expected = history.good + live.good
         _wait_for_rows(table, expected, stream)
