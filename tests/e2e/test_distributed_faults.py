@@ -225,7 +225,9 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
             # each worker, and a core is left on each: uncapped, the first application took
             # every core and the second waited; with no core to spare, after a worker was lost
             # the detector took the freed core of the killed driver and its replacement waited
-            "TIDELAKE_SPARK_CONF": json.dumps(SPARK_CONF),
+            "TIDELAKE_SPARK_CONF": json.dumps(
+                {**json.loads(os.environ["TIDELAKE_SPARK_CONF"]), **SPARK_CONF}
+            ),
             "TIDELAKE_DAGSTER_POSTGRES_URL": postgres.url,
         }
         log = root / "dev.log"
