@@ -38,7 +38,7 @@ from tidelake.platform.local.kafka_settings import (
     single_node,
     write_settings,
 )
-from tidelake.platform.local.ports import LOOPBACK, accepts_connections, free_port
+from tidelake.platform.local.ports import LOOPBACK, accepts_connections, free_ports
 from tidelake.platform.local.server_process import LocalServerProcess
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.kafka.acls import Grant
@@ -156,9 +156,11 @@ class LocalKafkaBroker(LocalServerProcess):
             raise BrokerError(str(exc)) from None
         java = self._java or java_executable()
         folder = self._folder()
+        # taken together, so that none repeats another; a restart's kept SSL port is left out
+        spare = [p for p in free_ports(4) if p != self._ssl_port]
         if self._secured:
             # kept across restarts: a formatted data folder holds these users' SCRAM secrets
-            self._ssl_port = self._ssl_port or free_port()
+            self._ssl_port = self._ssl_port or spare[2]
             if self._credentials is None:
                 kept = self._kept_dir is not None
                 self._credentials = make_credentials(
@@ -166,7 +168,7 @@ class LocalKafkaBroker(LocalServerProcess):
                 )
                 if kept:  # before formatting: its SCRAM secrets are these
                     record_users(folder, self._credentials.users)
-        node = self._node or single_node(free_port(), free_port(), self._ssl_port)
+        node = self._node or single_node(spare[0], spare[1], self._ssl_port)
         self._port = node.port
         properties = write_settings(
             folder, server_properties(node, folder / "data", self._credentials)

@@ -19,7 +19,7 @@ from types import TracebackType
 from tidelake.platform.local.kafka_broker import BrokerError, LocalKafkaBroker
 from tidelake.platform.local.kafka_security import grant_acls, make_credentials, sasl_client_config
 from tidelake.platform.local.kafka_settings import KafkaNode, new_cluster_id
-from tidelake.platform.local.ports import LOOPBACK, free_port
+from tidelake.platform.local.ports import LOOPBACK, free_ports
 from tidelake.streaming.kafka.acls import Grant
 
 
@@ -42,7 +42,8 @@ class LocalKafkaCluster:
             )
         self._own_folder = folder is None
         self.folder = folder or Path(tempfile.mkdtemp(prefix="tidelake-kafka-cluster-"))
-        ports = [(free_port(), free_port(), free_port()) for _ in range(nodes)]
+        taken = free_ports(3 * nodes)
+        ports = [(taken[i], taken[i + 1], taken[i + 2]) for i in range(0, 3 * nodes, 3)]
         voters = ",".join(f"{n}@{LOOPBACK}:{p[1]}" for n, p in enumerate(ports, 1))
         cluster_id = new_cluster_id()
         # one CA, one broker certificate and one set of users for every node

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tidelake.platform.local.ports import LOOPBACK, free_port
+from tidelake.platform.local.ports import LOOPBACK, free_ports
 from tidelake.platform.local.server_process import LocalServerProcess
 from tidelake.streaming.errors import SetupError, TidelakeError
 
@@ -118,9 +118,9 @@ class LocalS3Server(LocalServerProcess):
         # unix socket paths are short (108 bytes): never under a deep data folder
         self._sockets = Path(tempfile.mkdtemp(prefix="tl-s3-", dir="/tmp"))
         identities = self._write_identities()
-        self._port = free_port()
-        ports = {name: free_port() for name in ("master", "volume", "filer")}
-        grpc = {name: free_port() for name in ("master", "volume", "filer", "s3")}
+        self._port, *taken = free_ports(8)
+        ports = dict(zip(("master", "volume", "filer"), taken[:3], strict=True))
+        grpc = dict(zip(("master", "volume", "filer", "s3"), taken[3:], strict=True))
         command = [
             str(binary),
             f"-logdir={workdir / 'logs'}",

@@ -23,7 +23,7 @@ from typing import ClassVar
 import pyspark
 import requests
 
-from tidelake.platform.local.ports import LOOPBACK, free_port
+from tidelake.platform.local.ports import LOOPBACK, free_ports
 from tidelake.platform.local.server_process import LocalServerProcess
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.spark.jars import java_executable
@@ -129,7 +129,7 @@ class LocalSparkCluster:
 
     def start(self) -> None:
         """Launch the master and every worker, then wait until the master counts them all."""
-        self.port, self.ui_port = free_port(), free_port()
+        self.port, self.ui_port = free_ports(2)
         master_args = ["--host", LOOPBACK, "--port", str(self.port)]
         self._daemons = [
             _SparkDaemon(
