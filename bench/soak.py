@@ -47,7 +47,7 @@ import psutil
 from common import wait_for, write_figures
 
 from tidelake.platform.local.kafka_cluster import LocalKafkaCluster
-from tidelake.platform.local.ports import free_port
+from tidelake.platform.local.ports import free_ports
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.stream.status import committed_batch, kafka_ends, stream_lag
@@ -462,15 +462,16 @@ def platform(work: Path, trigger_interval: str) -> Iterator[Soak]:
         "TIDELAKE_TRIGGER_INTERVAL": trigger_interval,
         "DAGSTER_HOME": str(work / "dagster"),
     }
+    dagster_port, ingest_port = free_ports(2)
     command = [
         str(Path(sys.executable).with_name("tidelake")),
         "dev",
         "--rate",
         "0",
         "--port",
-        str(free_port()),
+        str(dagster_port),
         "--ingest-port",
-        str(free_port()),
+        str(ingest_port),
     ]
     log = (work / "dev.log").open("wb")
     dev = subprocess.Popen(

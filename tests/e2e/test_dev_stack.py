@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from process_states import signal_in_mask
 
 from tidelake.platform.dev.dagster_web import DagsterWeb, wait_for
 from tidelake.platform.dev.stack import dagster_home, stop_process_group
+from tidelake.platform.local.ports import free_port, free_ports
 from tidelake.streaming.settings import kafka_client_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,15 +93,9 @@ def test_ctrl_c_while_seeding_history_stops_cleanly(
         "TIDELAKE_LAKE": str(tmp_path / "lake"),
         "TIDELAKE_CHECKPOINTS": str(tmp_path / "checkpoints"),
     }
+    port, ingest_port = free_ports(2)
     command = [sys.executable, "-m", "tidelake.platform.cli", "dev", "--rate", "200"]
-    command += [
-        "--history-days",
-        "1",
-        "--port",
-        str(_free_port()),
-        "--ingest-port",
-        str(_free_port()),
-    ]
+    command += ["--history-days", "1", "--port", str(port), "--ingest-port", str(ingest_port)]
     process = subprocess.Popen(
         command, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
@@ -154,7 +148,7 @@ def test_both_entry_points_serve_the_code_location_and_stop_on_ctrl_c(
     same definitions with their sensors on, and Ctrl-C ends them with nothing left running.
     No broker answers, so stream runs fail before Spark: this is about the entry points, and
     `tidelake dev`'s stop with runs in flight is tested in test_platform_e2e."""
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{closed_port}",
@@ -186,12 +180,6 @@ def test_both_entry_points_serve_the_code_location_and_stop_on_ctrl_c(
         assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
     finally:
         stop_process_group(process, 5.0)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 CLI = [sys.executable, "-m", "tidelake.platform.cli"]
@@ -234,7 +222,7 @@ def test_dev_on_the_s3_server_and_the_secured_broker_comes_up_green_with_a_user_
     producers as `ingest`, `dg dev` as `dagster`; each server's client settings in a 0600 file
     for another shell, where `tidelake dev-check` passes; no password or key is printed or left
     in a log or file, and Ctrl-C cleans up."""
-    port = _free_port()
+    port, ingest_port = free_ports(2)
     home = tmp_path / "home"
     env = {
         **{name: value for name, value in os.environ.items() if not name.startswith("KAFKA_")},
@@ -243,7 +231,7 @@ def test_dev_on_the_s3_server_and_the_secured_broker_comes_up_green_with_a_user_
         "TIDELAKE_TRIGGER_INTERVAL": "1 second",
     }
     command = [*CLI, "dev", "--s3", "--secured-kafka", "--rate", "50", "--history-days", "0"]
-    command += ["--port", str(port), "--ingest-port", str(_free_port())]
+    command += ["--port", str(port), "--ingest-port", str(ingest_port)]
     log = tmp_path / "dev.log"
     with log.open("wb") as out:
         process = subprocess.Popen(

@@ -38,7 +38,7 @@ from tidelake.assets.stream.job import stream_job_name
 from tidelake.platform.calls.ingest_client import IngestServiceDelivery
 from tidelake.platform.dev.dagster_web import DagsterWeb, DagsterWebError, wait_for
 from tidelake.platform.local.kafka_cluster import LocalKafkaCluster
-from tidelake.platform.local.ports import free_port
+from tidelake.platform.local.ports import free_ports
 from tidelake.platform.local.spark_cluster import LocalSparkCluster
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.calls.demo_events import call_event
@@ -212,7 +212,7 @@ class Platform:
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
     root = tmp_path_factory.mktemp("distributed")
     settings = EngineSettings(lake=root / "lake", checkpoints=root / "checkpoints")
-    port, ingest_port = free_port(), free_port()
+    port, ingest_port = free_ports(2)
     with (
         LocalKafkaCluster(nodes=3, min_insync=2, folder=root / "kafka") as kafka,
         LocalSparkCluster(workers=2, cores=3, worker_memory="3g", folder=root / "spark") as spark,

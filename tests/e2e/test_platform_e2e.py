@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ from tidelake.assets.stream.job import stream_job_name
 from tidelake.platform.dev.check import check_dev
 from tidelake.platform.dev.dagster_web import DagsterWeb, wait_for
 from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
+from tidelake.platform.local.ports import free_ports
 from tidelake.protos import service_pb2_grpc
 from tidelake.protos.call_pb2 import CallEvent, CallSid
 from tidelake.streaming.calls.call_events import CALL_EVENTS
@@ -107,12 +107,6 @@ class Stack:
             pytest.fail(f"{exc}\nautomation runs (newest first): {runs}\n{self.tail()}")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def stack(kafka_conf: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("platform")
@@ -132,7 +126,7 @@ def stack(kafka_conf: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
         progress=False,
     )
     settings = EngineSettings(lake=root / "lake", checkpoints=root / "checkpoints")
-    port, ingest_port = _free_port(), _free_port()
+    port, ingest_port = free_ports(2)
     flow_module = root / "flow_modules" / "tidelake_e2e_flows.py"
     flow_module.parent.mkdir()
     flow_module.write_text("FLOWS = []\n")
