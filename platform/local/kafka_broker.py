@@ -156,11 +156,12 @@ class LocalKafkaBroker(LocalServerProcess):
             raise BrokerError(str(exc)) from None
         java = self._java or java_executable()
         folder = self._folder()
-        # taken together, so that none repeats another; a restart's kept SSL port is left out
-        spare = [p for p in free_ports(4) if p != self._ssl_port]
+        # taken together, so that none repeats another; the SSL port a restart keeps is not
+        # one of them
+        port, controller_port, ssl_port = [p for p in free_ports(4) if p != self._ssl_port][:3]
         if self._secured:
             # kept across restarts: a formatted data folder holds these users' SCRAM secrets
-            self._ssl_port = self._ssl_port or spare[2]
+            self._ssl_port = self._ssl_port or ssl_port
             if self._credentials is None:
                 kept = self._kept_dir is not None
                 self._credentials = make_credentials(
@@ -168,7 +169,7 @@ class LocalKafkaBroker(LocalServerProcess):
                 )
                 if kept:  # before formatting: its SCRAM secrets are these
                     record_users(folder, self._credentials.users)
-        node = self._node or single_node(spare[0], spare[1], self._ssl_port)
+        node = self._node or single_node(port, controller_port, self._ssl_port)
         self._port = node.port
         properties = write_settings(
             folder, server_properties(node, folder / "data", self._credentials)
