@@ -10,15 +10,21 @@ alongside the stream, a backfill or a compaction, and needs no pool slot.
 Compaction commits alongside the stream's appends (delta-rs checks conflicts and keeps the
 stream's application transactions). It must never run twice at once on one table: deltalake
 1.6.3 rejects the second commit, but later releases were seen to commit both and duplicate rows,
-so the platform also serialises it (one Dagster pool slot per table).
+so the platform also serialises it (one Dagster pool slot per table). A compaction that loses
+a race with a commit that removed files it read (a backfill replacing the date, another
+compaction) plans again on the new snapshot: the rewrite is idempotent, so a lost race costs a
+retry, not a failed run.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
+import tenacity
 from deltalake import DeltaTable, WriterProperties
+from deltalake.exceptions import CommitFailedError
 
 from tidelake.streaming.delta.commit import apply_table_properties
 from tidelake.streaming.delta.progress import snapshot_progress
@@ -27,6 +33,9 @@ from tidelake.streaming.storage.location import Location
 
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
 MIN_VACUUM_RETENTION_HOURS = 168
+COMPACTION_ATTEMPTS = 5
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -61,8 +70,33 @@ def compact_partition(
     value: str,
     target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES,
 ) -> CompactionResult:
-    """Rewrite the small files of one partition into files of about target_file_bytes."""
+    """Rewrite the small files of one partition into files of about target_file_bytes.
+
+    A commit conflict (another writer removed files this compaction read) plans the compaction
+    again on the table's new snapshot, up to COMPACTION_ATTEMPTS times."""
     started = time.monotonic()
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(COMPACTION_ATTEMPTS),
+        wait=tenacity.wait_random(0.1, 1.0),
+        retry=tenacity.retry_if_exception_type(CommitFailedError),
+        before_sleep=lambda state: log.warning(
+            "compaction of %s %s=%s lost a commit race (%s); planning it again",
+            table_uri,
+            column,
+            value,
+            state.outcome.exception() if state.outcome else "",
+        ),
+        reraise=True,
+    )
+    before, table = retrying(_compact_once, table_uri, column, value, target_file_bytes)
+    after = partition_files(table, column, value)
+    return CompactionResult(value, before, after, time.monotonic() - started, table.version())
+
+
+def _compact_once(
+    table_uri: str, column: str, value: str, target_file_bytes: int
+) -> tuple[PartitionFiles, DeltaTable]:
+    """One compaction on the latest snapshot: the partition's files before, and the table after."""
     table = open_table(table_uri)
     before = partition_files(table, column, value)
     if before.files > 1:
@@ -72,8 +106,7 @@ def compact_partition(
             writer_properties=WriterProperties(compression="ZSTD"),
         )
         table.update_incremental()
-    after = partition_files(table, column, value)
-    return CompactionResult(value, before, after, time.monotonic() - started, table.version())
+    return before, table
 
 
 @dataclass(frozen=True)
