@@ -4,7 +4,11 @@ Runs `tidelake stream call_events` continuously, produces events at a steady rat
 every event measures (commit time of the Delta version that made it visible) - (its Kafka
 produce timestamp). Prints p50/p90/p99/max and the stream's CPU while idle.
 
-    python bench/engine_latency.py --rate 5000 --duration 60
+Runs of the same code on this 2-core machine differed by 5-6x (p50 3.9 to 23.6 s), so it
+measures several runs, each with a new stream on a new lake and topic, and prints each run and
+the median of every figure.
+
+    python bench/engine_latency.py --rate 5000 --duration 60 --runs 3
 """
 
 from __future__ import annotations
@@ -150,10 +154,57 @@ def measure(
     }
 
 
+MEDIAN_OF = (
+    "achieved_rate",
+    "delta_versions",
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "max_ms",
+    "after_warm_up_p50_ms",
+    "after_warm_up_p99_ms",
+    "idle_cpu_core_share",
+)
+
+
+def measure_runs(
+    runs: int,
+    lake_root: str,
+    conf: dict,
+    extra_env: dict[str, str],
+    rate: int,
+    duration: float,
+    idle: float,
+    trigger: str | None,
+) -> dict:
+    """`runs` measurements, each on a lake of its own under lake_root: the median of each
+    figure, the runs themselves under "runs"."""
+    each = [
+        measure(
+            conf,
+            f"{lake_root}/run-{i}/lake",
+            f"{lake_root}/run-{i}/checkpoints",
+            extra_env,
+            rate,
+            duration,
+            idle,
+            trigger,
+        )
+        for i in range(runs)
+    ]
+    for i, figures in enumerate(each, 1):
+        click.echo(
+            f"  run {i}: p50 {figures['p50_ms']:.0f} ms, p99 {figures['p99_ms']:.0f} ms, "
+            f"idle CPU {figures['idle_cpu_core_share']:.1%}"
+        )
+    median = {key: float(np.median([f[key] for f in each])) for key in MEDIAN_OF}
+    return {**each[len(each) // 2], **median, "runs": each}
+
+
 def _print(where: str, figures: dict) -> None:
     click.echo(
         f"{where}: {figures['events']:,} events at {figures['achieved_rate']:,.0f}/s in "
-        f"{figures['delta_versions']} Delta versions"
+        f"{figures['delta_versions']:.0f} Delta versions"
     )
     click.echo(
         f"  latency p50 {figures['p50_ms']:.0f} ms (target <= 500), "
@@ -184,6 +235,12 @@ def _print(where: str, figures: dict) -> None:
     is_flag=True,
     help="Measure again with the lake and checkpoints on a local S3 server.",
 )
+@click.option(
+    "--runs",
+    default=3,
+    show_default=True,
+    help="Measurements, each with a new stream; the figures are their medians.",
+)
 @click.option("--out", type=click.Path(path_type=Path), help="Also write the figures as JSON.")
 def main(
     rate: int,
@@ -191,30 +248,27 @@ def main(
     idle: float,
     trigger: str | None,
     also_on_s3: bool,
+    runs: int,
     out: Path | None,
 ) -> None:
     """Produce at a steady rate into a running stream; print latency percentiles and idle CPU."""
+    if runs < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--runs")
     with kafka() as conf, tempfile.TemporaryDirectory(prefix="tidelake-latency-") as tmp:
-        work = Path(tmp)
-        figures = measure(
-            conf, str(work / "lake"), str(work / "checkpoints"), {}, rate, duration, idle, trigger
-        )
-        _print("local disk", figures)
+        click.echo(f"local disk, {runs} run(s):")
+        figures = measure_runs(runs, tmp, conf, {}, rate, duration, idle, trigger)
+        _print(f"local disk, median of {runs}", figures)
         if also_on_s3:
             with LocalS3Server() as s3:
                 os.environ.update(s3.env())  # this process reads the lake's log too
-                on_s3 = measure(
-                    conf,
-                    s3.uri("lake"),
-                    s3.uri("checkpoints"),
-                    s3.env(),
-                    rate,
-                    duration,
-                    idle,
-                    trigger,
+                click.echo(f"lake and checkpoints on S3, {runs} run(s):")
+                on_s3 = measure_runs(
+                    runs, s3.uri("latency"), conf, s3.env(), rate, duration, idle, trigger
                 )
             figures["s3"] = on_s3
-            _print("lake and checkpoints on S3 (SeaweedFS on this machine)", on_s3)
+            _print(
+                f"lake and checkpoints on S3 (SeaweedFS on this machine), median of {runs}", on_s3
+            )
     write_figures(out, figures)
 
 
