@@ -145,8 +145,9 @@ def measure(
         "p90_ms": float(np.percentile(lat, 90)),
         "p99_ms": float(np.percentile(lat, 99)),
         "max_ms": float(lat.max()),
-        "after_warm_up_p50_ms": float(np.percentile(warm, 50)),
-        "after_warm_up_p99_ms": float(np.percentile(warm, 99)),
+        # nan when the load was shorter than the warm-up
+        "after_warm_up_p50_ms": float(np.percentile(warm, 50)) if len(warm) else float("nan"),
+        "after_warm_up_p99_ms": float(np.percentile(warm, 99)) if len(warm) else float("nan"),
         "idle_cpu_core_share": idle_core_share,
         # where the tail comes from: the slowest commits, in the order the stream made them
         "worst_commits": sorted(sorted(by_commit, key=lambda c: -c[2])[:5], key=lambda c: c[0]),
