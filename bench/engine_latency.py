@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -74,17 +75,20 @@ def _latencies_ms(
     return np.concatenate(out), np.concatenate(produced), by_commit
 
 
-def measure(
-    conf: dict,
-    lake: str,
-    checkpoints: str,
-    extra_env: dict[str, str],
-    rate: int,
-    duration: float,
-    idle: float,
-    trigger: str | None,
-) -> dict:
+@dataclass(frozen=True)
+class Load:
+    """What one measurement does: events a second for `duration` s, after `idle` s of an idle
+    stream, under this trigger interval (None: the engine's)."""
+
+    rate: int
+    duration: float
+    idle: float
+    trigger: str | None
+
+
+def measure(conf: dict, lake: str, checkpoints: str, extra_env: dict[str, str], load: Load) -> dict:
     """Run the stream on a fresh topic into this lake; produce at the rate; the figures."""
+    rate, duration, idle, trigger = load.rate, load.duration, load.idle, load.trigger
     delete_topic(conf, CALL_EVENTS.topic)
     ensure_topic(conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
     env = {
@@ -169,27 +173,13 @@ MEDIAN_OF = (
 
 
 def measure_runs(
-    runs: int,
-    lake_root: str,
-    conf: dict,
-    extra_env: dict[str, str],
-    rate: int,
-    duration: float,
-    idle: float,
-    trigger: str | None,
+    runs: int, lake_root: str, conf: dict, extra_env: dict[str, str], load: Load
 ) -> dict:
     """`runs` measurements, each on a lake of its own under lake_root: the median of each
     figure, the runs themselves under "runs"."""
     each = [
         measure(
-            conf,
-            f"{lake_root}/run-{i}/lake",
-            f"{lake_root}/run-{i}/checkpoints",
-            extra_env,
-            rate,
-            duration,
-            idle,
-            trigger,
+            conf, f"{lake_root}/run-{i}/lake", f"{lake_root}/run-{i}/checkpoints", extra_env, load
         )
         for i in range(runs)
     ]
@@ -255,17 +245,16 @@ def main(
     """Produce at a steady rate into a running stream; print latency percentiles and idle CPU."""
     if runs < 1:
         raise click.BadParameter("must be at least 1", param_hint="--runs")
+    load = Load(rate, duration, idle, trigger)
     with kafka() as conf, tempfile.TemporaryDirectory(prefix="tidelake-latency-") as tmp:
         click.echo(f"local disk, {runs} run(s):")
-        figures = measure_runs(runs, tmp, conf, {}, rate, duration, idle, trigger)
+        figures = measure_runs(runs, tmp, conf, {}, load)
         _print(f"local disk, median of {runs}", figures)
         if also_on_s3:
             with LocalS3Server() as s3:
                 os.environ.update(s3.env())  # this process reads the lake's log too
                 click.echo(f"lake and checkpoints on S3, {runs} run(s):")
-                on_s3 = measure_runs(
-                    runs, s3.uri("latency"), conf, s3.env(), rate, duration, idle, trigger
-                )
+                on_s3 = measure_runs(runs, s3.uri("latency"), conf, s3.env(), load)
             figures["s3"] = on_s3
             _print(
                 f"lake and checkpoints on S3 (SeaweedFS on this machine), median of {runs}", on_s3
