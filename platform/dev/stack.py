@@ -42,6 +42,7 @@ from tidelake.streaming.kafka.broker_state import running_broker
 from tidelake.streaming.polling import poll_until
 from tidelake.streaming.settings import host_settings, kafka_client_config, kafka_client_env
 from tidelake.streaming.stream.status import first_record_date, kafka_ends
+from tidelake.streaming.stream.stop_signals import graceful_stop_signals
 
 log = logging.getLogger(__name__)
 
@@ -132,75 +133,69 @@ def run_dev(flows: list[FlowSpec], options: DevOptions) -> int:
         )
     if options.secured_kafka:
         _refuse_configured_kafka(os.environ)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        if not stop.is_set():
-            stop.set()
-            _say(f"stopping ({signal.Signals(signum).name})")
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with contextlib.ExitStack() as stack:
-            env = dict(os.environ)
-            env["DAGSTER_HOME"] = str(dagster_home(env))
-            # a demo trickle needs no sub-second batches; fewer, larger files and commits
-            env.setdefault("TIDELAKE_TRIGGER_INTERVAL", DEV_TRIGGER_INTERVAL)
-            # a flow added while the platform runs (reload the code location) gets its topic
-            env.setdefault("TIDELAKE_CREATE_TOPICS", "true")
-            if sys.prefix != sys.base_prefix:  # `make dev` runs .venv/bin/tidelake unactivated;
-                env.setdefault("VIRTUAL_ENV", sys.prefix)  # dg warns unless it is the active one
-            if options.s3:
-                env.update(stack.enter_context(_s3(env)))
-            if options.secured_kafka:
-                users = stack.enter_context(_secured_kafka(flows))
-            else:
-                env["KAFKA_BOOTSTRAP_SERVERS"] = stack.enter_context(_kafka(env))
-                users = _KafkaUsers(kafka_client_config(env))
-                check_reachable(users.admin)
-                ensure_flow_topics(users.admin, flows)
-            conf = users.admin  # tidelake dev's own client: topics, seeding, first dates
-            ingest_env = {**env, **users.ingest_env}
-            edges = {  # the flows' ingest edges, on ingest_port and the ports after it
-                flow.name: f"127.0.0.1:{options.ingest_port + n}"
-                for n, flow in enumerate(flows_with_edges(flows))
-            }
-            for name, address in edges.items():
-                command = _serve_command(name, address)
-                serve = _process_group(command, ingest_env, name=f"the ingest edge of {name}")
-                stack.enter_context(serve)
-            if options.rate > 0:
-                for flow in flows:
-                    if flow.demo_event is not None and options.history_days > 0:
-                        _seed_history(flow, options, conf, ingest_env, stop)
-                    if stop.is_set():
-                        return 0
-                for flow in flows:
-                    if flow.demo_event is not None:
-                        via = edges.get(flow.name)
-                        command = _producer_command(flow, options, via)
-                        name = f"the demo producer of {flow.name}"
-                        stack.enter_context(_process_group(command, ingest_env, name=name))
-            if stop.is_set():
-                return 0
-            _start_partitions_at_the_data(flows, conf, env)
-            dagster_env = {**env, **users.dagster_env}
-            dagster = stack.enter_context(_dagster_dev(options, dagster_env))
-            print(
-                f"tidelake dev: Dagster UI on http://{options.host}:{options.port}, "
-                f"ingest edges: {', '.join(f'{n} on {a}' for n, a in edges.items()) or 'none'} "
-                f"(DAGSTER_HOME={env['DAGSTER_HOME']}, Kafka {conf['bootstrap.servers']}); "
-                "Ctrl-C stops everything",
-                file=sys.stderr,
-                flush=True,
-            )
-            while not stop.wait(0.5):
-                if dagster.poll() is not None:
-                    return dagster.returncode or 1
+    # a second Ctrl-C must not cut short the stopping of what dev started
+    with (
+        graceful_stop_signals(
+            announce=lambda sig: _say(f"stopping ({sig.name})"), second_signal_exits=False
+        ) as stop,
+        contextlib.ExitStack() as stack,
+    ):
+        env = dict(os.environ)
+        env["DAGSTER_HOME"] = str(dagster_home(env))
+        # a demo trickle needs no sub-second batches; fewer, larger files and commits
+        env.setdefault("TIDELAKE_TRIGGER_INTERVAL", DEV_TRIGGER_INTERVAL)
+        # a flow added while the platform runs (reload the code location) gets its topic
+        env.setdefault("TIDELAKE_CREATE_TOPICS", "true")
+        if sys.prefix != sys.base_prefix:  # `make dev` runs .venv/bin/tidelake unactivated;
+            env.setdefault("VIRTUAL_ENV", sys.prefix)  # dg warns unless it is the active one
+        if options.s3:
+            env.update(stack.enter_context(_s3(env)))
+        if options.secured_kafka:
+            users = stack.enter_context(_secured_kafka(flows))
+        else:
+            env["KAFKA_BOOTSTRAP_SERVERS"] = stack.enter_context(_kafka(env))
+            users = _KafkaUsers(kafka_client_config(env))
+            check_reachable(users.admin)
+            ensure_flow_topics(users.admin, flows)
+        conf = users.admin  # tidelake dev's own client: topics, seeding, first dates
+        ingest_env = {**env, **users.ingest_env}
+        edges = {  # the flows' ingest edges, on ingest_port and the ports after it
+            flow.name: f"127.0.0.1:{options.ingest_port + n}"
+            for n, flow in enumerate(flows_with_edges(flows))
+        }
+        for name, address in edges.items():
+            command = _serve_command(name, address)
+            serve = _process_group(command, ingest_env, name=f"the ingest edge of {name}")
+            stack.enter_context(serve)
+        if options.rate > 0:
+            for flow in flows:
+                if flow.demo_event is not None and options.history_days > 0:
+                    _seed_history(flow, options, conf, ingest_env, stop)
+                if stop.is_set():
+                    return 0
+            for flow in flows:
+                if flow.demo_event is not None:
+                    via = edges.get(flow.name)
+                    command = _producer_command(flow, options, via)
+                    name = f"the demo producer of {flow.name}"
+                    stack.enter_context(_process_group(command, ingest_env, name=name))
+        if stop.is_set():
             return 0
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        _start_partitions_at_the_data(flows, conf, env)
+        dagster_env = {**env, **users.dagster_env}
+        dagster = stack.enter_context(_dagster_dev(options, dagster_env))
+        print(
+            f"tidelake dev: Dagster UI on http://{options.host}:{options.port}, "
+            f"ingest edges: {', '.join(f'{n} on {a}' for n, a in edges.items()) or 'none'} "
+            f"(DAGSTER_HOME={env['DAGSTER_HOME']}, Kafka {conf['bootstrap.servers']}); "
+            "Ctrl-C stops everything",
+            file=sys.stderr,
+            flush=True,
+        )
+        while not stop.wait(0.5):
+            if dagster.poll() is not None:
+                return dagster.returncode or 1
+        return 0
 
 
 def _say(message: str) -> None:

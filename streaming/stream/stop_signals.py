@@ -5,9 +5,10 @@ it loads Spark or starts a server."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -16,25 +17,56 @@ log = logging.getLogger(__name__)
 
 @contextmanager
 def graceful_stop_signals(
-    logger: logging.Logger = log, stopping: str = "stopping after the current batch"
+    logger: logging.Logger = log,
+    stopping: str = "stopping after the current batch",
+    *,
+    announce: Callable[[signal.Signals], None] | None = None,
+    second_signal_exits: bool = True,
 ) -> Iterator[threading.Event]:
-    """An event set by the first SIGTERM/SIGINT (logged on `logger`: "received SIGTERM:
-    <stopping>"); a second one exits at once.
+    """An event set by the first SIGTERM/SIGINT, once that signal is announced (by default
+    logged on `logger`: "received SIGTERM: <stopping>"). A second one exits at once, or is
+    ignored with second_signal_exits=False (a command whose cleanup must not be cut short).
+
+    The handler takes no lock: Python runs it on the main thread between two bytecodes, and
+    Event.set() there waits forever when the signal came while the main thread held that
+    event's own lock (inside stop.wait()). It writes the signal's number to a pipe; a thread
+    of its own announces it and sets the event.
 
     The previous handlers come back on exit, so a host process (a Dagster run worker) keeps its
     own interrupt handling outside the stream.
     """
     stop = threading.Event()
+    received = False
+    read_fd, write_fd = os.pipe()
 
     def handle(signum: int, _frame: FrameType | None) -> None:
-        if stop.is_set():
-            raise SystemExit(128 + signum)
-        logger.info("received %s: %s", signal.Signals(signum).name, stopping)
+        nonlocal received
+        if received or stop.is_set():  # is_set() reads a flag: no lock
+            if second_signal_exits:
+                raise SystemExit(128 + signum)
+            return
+        received = True
+        os.write(write_fd, bytes([signum]))
+
+    def relay() -> None:
+        signum = os.read(read_fd, 1)
+        if not signum:  # the block ended without a signal
+            return
+        sig = signal.Signals(signum[0])
+        if announce is None:
+            logger.info("received %s: %s", sig.name, stopping)
+        else:
+            announce(sig)
         stop.set()
 
+    relay_thread = threading.Thread(target=relay, name="stop-signals", daemon=True)
+    relay_thread.start()
     previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield stop
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        os.close(write_fd)
+        relay_thread.join()
+        os.close(read_fd)

@@ -44,7 +44,7 @@ class Command:
         with log.open("a") as out:
             self.process = subprocess.Popen(
                 [*TIDELAKE, *args],
-                env=env,
+                env={**env, "PYTHONFAULTHANDLER": "1"},
                 cwd=env.get("TIDELAKE_HOME"),
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -73,13 +73,26 @@ class Command:
             assert time.monotonic() < deadline, f"no {sig.name} handler in {timeout_s:g} s"
             time.sleep(0.01)
 
-    def stop(self, sig: signal.Signals, to: str, timeout_s: float = 120) -> str:
-        """Send sig to the process or its group; its output once it has exited with 0."""
+    def stop(self, sig: signal.Signals, to: str, timeout_s: float = 240) -> str:
+        """Send sig to the process or its group; its output once it has exited with 0.
+
+        The timeout guards against a hang, above the longest stop that is not one: a signal
+        during a cluster's start-up waits for that start (at most 90 s) and then its stop (at
+        most 20 s). A command still running after it dumps its threads' stacks into the
+        failure (PYTHONFAULTHANDLER, then SIGABRT)."""
         if to == "group":
             os.killpg(self.process.pid, sig)
         else:
             self.process.send_signal(sig)
-        code = self.process.wait(timeout=timeout_s)
+        try:
+            code = self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGABRT)
+            self.process.wait(timeout=30)
+            raise AssertionError(
+                f"still running {timeout_s:g} s after {sig.name} to the {to}; its stacks:\n"
+                f"{self.output()[-6000:]}"
+            ) from None
         output = self.output()
         assert code == 0, f"exit {code} after {sig.name} to the {to}:\n{output[-3000:]}"
         assert "Traceback" not in output and "Error" not in output, output[-3000:]
