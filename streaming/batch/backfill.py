@@ -30,6 +30,7 @@ from pyspark.sql import Observation, SparkSession
 from pyspark.sql import functions as F
 
 from tidelake.streaming.delta.commit import replace_partitions
+from tidelake.streaming.delta.commit_races import retry_lost_commits
 from tidelake.streaming.delta.evolution import SchemaChangeError, evolve_table
 from tidelake.streaming.delta.files import write_data_files
 from tidelake.streaming.delta.progress import table_progress
@@ -184,26 +185,26 @@ def backfill_dates(
 ) -> BackfillResult:
     """Plan and run a backfill of `dates`; when another rewrite of the same files (a compaction
     in another process) commits first, plan again from the new snapshot and run again."""
-    for attempt in range(1, attempts + 1):
-        plan = plan_backfill(flow, dates, settings, kafka_conf)
-        log.info(
-            "backfill %s..%s: %s Kafka records, window %s .. %s, table version %s",
-            plan.dates[0],
-            plan.dates[-1],
-            plan.records,
-            f"{plan.window[0]:%Y-%m-%d %H:%M}",
-            f"{plan.window[1]:%Y-%m-%d %H:%M} UTC",
-            plan.read_version,
-        )
-        try:
-            return run_backfill(spark, plan, settings, kafka_conf)
-        except CommitFailedError as exc:
-            if attempt == attempts:
-                raise BackfillError(
-                    f"backfill of {plan.dates[0]}..{plan.dates[-1]} lost {attempts} commit races "
-                    f"against other rewrites of the table; the table was left as it is: {exc}"
-                ) from None
-            log.warning("backfill commit lost a race (%s); planning again", exc)
+    what = f"backfill of {min(dates)}..{max(dates)}" if dates else "backfill"
+    try:
+        for attempt in retry_lost_commits(what, attempts):
+            with attempt:
+                plan = plan_backfill(flow, dates, settings, kafka_conf)
+                log.info(
+                    "backfill %s..%s: %s Kafka records, window %s .. %s, table version %s",
+                    plan.dates[0],
+                    plan.dates[-1],
+                    plan.records,
+                    f"{plan.window[0]:%Y-%m-%d %H:%M}",
+                    f"{plan.window[1]:%Y-%m-%d %H:%M} UTC",
+                    plan.read_version,
+                )
+                return run_backfill(spark, plan, settings, kafka_conf)
+    except CommitFailedError as exc:
+        raise BackfillError(
+            f"{what} lost {attempts} commit races against other rewrites of the table; the "
+            f"table was left as it is: {exc}"
+        ) from None
     raise AssertionError("unreachable")
 
 

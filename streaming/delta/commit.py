@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
-from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import (
     AddAction,
     CommitProperties,
@@ -38,6 +38,7 @@ from deltalake.transaction import (
     Transaction,
 )
 
+from tidelake.streaming.delta.commit_races import retry_lost_commits
 from tidelake.streaming.delta.files import DataFile
 from tidelake.streaming.delta.tables import open_table, write_table
 from tidelake.streaming.errors import TidelakeError
@@ -46,8 +47,6 @@ from tidelake.streaming.storage.location import delta_storage_options, filesyste
 from tidelake.streaming.storage.uri import is_object_store
 
 log = logging.getLogger(__name__)
-
-_COMMIT_ATTEMPTS = 5
 
 
 class DeltaCommitError(TidelakeError, RuntimeError):
@@ -245,10 +244,14 @@ def commit_files(
         for f in files
     ]
     table = _open_table(table_uri, schema, partition_by)
-    for attempt in range(1, _COMMIT_ATTEMPTS + 1):
-        if _committed_already(table.transaction_version(app_id), table_uri, app_id, version):
-            return CommitResult(table_uri, None, len(files), rows, skipped=True)
-        try:
+    for attempt in retry_lost_commits(f"{table_uri}: batch {version} of {app_id}"):
+        with attempt:
+            if attempt.retry_state.attempt_number > 1:
+                # lost to a concurrent commit (a zombie writer of the same batch, a metadata
+                # change): the latest snapshot says whether this batch is recorded now
+                table = _open_tables[table_uri] = open_table(table_uri, without_files=True)
+            if _committed_already(table.transaction_version(app_id), table_uri, app_id, version):
+                return CommitResult(table_uri, None, len(files), rows, skipped=True)
             table.create_write_transaction(
                 actions,
                 "append",
@@ -257,18 +260,9 @@ def commit_files(
                 commit_properties=_batch_commit(app_id, version),
                 post_commithook_properties=STREAM_COMMIT_HOOKS,
             )
-        except CommitFailedError as exc:
-            # a concurrent commit (a zombie writer of the same batch, or a metadata change):
-            # reload and re-check whether this batch is now recorded
-            log.warning("%s: commit attempt %s failed: %s", table_uri, attempt, exc)
-            if attempt == _COMMIT_ATTEMPTS:
-                raise
-            table = _open_tables[table_uri] = open_table(table_uri, without_files=True)
-            continue
-        table.update_incremental()
-        _checkpoint_on_interval(table)
-        return CommitResult(table_uri, table.version(), len(files), rows, skipped=False)
-    raise AssertionError("unreachable")
+    table.update_incremental()
+    _checkpoint_on_interval(table)
+    return CommitResult(table_uri, table.version(), len(files), rows, skipped=False)
 
 
 def _checkpoint_on_interval(table: DeltaTable) -> None:
@@ -299,10 +293,10 @@ def append_rows_once(
     """Append rows written by delta-rs in one transaction, once per (app_id, version), like
     commit_files for files Spark wrote: a replayed batch is skipped, a concurrent commit re-checked.
     True if this call committed them."""
-    for attempt in range(1, _COMMIT_ATTEMPTS + 1):
-        if _committed_already(table_transaction(table_uri, app_id), table_uri, app_id, version):
-            return False
-        try:
+    for attempt in retry_lost_commits(f"{table_uri}: batch {version} of {app_id}"):
+        with attempt:
+            if _committed_already(table_transaction(table_uri, app_id), table_uri, app_id, version):
+                return False
             write_table(
                 table_uri,
                 rows,
@@ -311,12 +305,7 @@ def append_rows_once(
                 commit_properties=_batch_commit(app_id, version),
                 configuration=table_properties(),  # taken when the write creates the table
             )
-            return True
-        except CommitFailedError as exc:
-            log.warning("%s: commit attempt %s failed: %s", table_uri, attempt, exc)
-            if attempt == _COMMIT_ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")
+    return True
 
 
 def _committed_already(done: int | None, table_uri: str, app_id: str, version: int) -> bool:

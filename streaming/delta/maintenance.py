@@ -22,18 +22,16 @@ import logging
 import time
 from dataclasses import dataclass
 
-import tenacity
 from deltalake import DeltaTable, WriterProperties
-from deltalake.exceptions import CommitFailedError
 
 from tidelake.streaming.delta.commit import apply_table_properties
+from tidelake.streaming.delta.commit_races import retry_lost_commits
 from tidelake.streaming.delta.progress import snapshot_progress
 from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.storage.location import Location
 
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
 MIN_VACUUM_RETENTION_HOURS = 168
-COMPACTION_ATTEMPTS = 5
 
 log = logging.getLogger(__name__)
 
@@ -73,22 +71,11 @@ def compact_partition(
     """Rewrite the small files of one partition into files of about target_file_bytes.
 
     A commit conflict (another writer removed files this compaction read) plans the compaction
-    again on the table's new snapshot, up to COMPACTION_ATTEMPTS times."""
+    again on the table's new snapshot (retry_lost_commits)."""
     started = time.monotonic()
-    retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(COMPACTION_ATTEMPTS),
-        wait=tenacity.wait_random(0.1, 1.0),
-        retry=tenacity.retry_if_exception_type(CommitFailedError),
-        before_sleep=lambda state: log.warning(
-            "compaction of %s %s=%s lost a commit race (%s); planning it again",
-            table_uri,
-            column,
-            value,
-            state.outcome.exception() if state.outcome else "",
-        ),
-        reraise=True,
-    )
-    before, table = retrying(_compact_once, table_uri, column, value, target_file_bytes)
+    for attempt in retry_lost_commits(f"compaction of {table_uri} {column}={value}"):
+        with attempt:
+            before, table = _compact_once(table_uri, column, value, target_file_bytes)
     after = partition_files(table, column, value)
     return CompactionResult(value, before, after, time.monotonic() - started, table.version())
 

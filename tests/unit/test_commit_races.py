@@ -1,6 +1,7 @@
-"""A compaction that loses a commit race plans again instead of failing its run: real delta-rs
-tables on local disk, the other writer's commit placed between the compaction's read of the
-table and its commit."""
+"""A commit that loses a race to another writer tries again on the table's new snapshot, with
+real delta-rs tables on local disk: the other writer's commit is placed between a writer's read
+of the table and its commit. A stream's batch is committed once (skipped when the other writer
+was a zombie of the same batch); a compaction plans again instead of failing its run."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from tidelake.streaming.delta import maintenance
+from tidelake.streaming.delta import commit, maintenance
+from tidelake.streaming.delta.commit import commit_files
+from tidelake.streaming.delta.files import write_arrow_files
 from tidelake.streaming.delta.maintenance import compact_partition
 from tidelake.streaming.delta.tables import open_table
 
@@ -21,6 +24,30 @@ DAY = dt.date(2026, 11, 26)
 
 def rows(*numbers: int) -> pa.Table:
     return pa.table({"n": list(numbers), "date": [DAY] * len(numbers)}, schema=SCHEMA)
+
+
+def commit_batch(uri: str, batch: int) -> None:
+    files = write_arrow_files(rows(batch), uri, "date", f"batch-{batch}")
+    commit_files(uri, files, schema=SCHEMA, partition_by=["date"], app_id="app", version=batch)
+
+
+@pytest.mark.parametrize(("batch", "committed"), [(2, [1, 2]), (3, [1, 2, 3])])
+def test_a_stream_commit_that_loses_a_race_commits_its_batch_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, batch: int, committed: list[int]
+) -> None:
+    """The stream keeps its table open across batches; another writer commits batch 2 behind
+    it (a zombie driver of the same batch). Batch 2 then finds itself recorded and is skipped;
+    batch 3 is committed."""
+    uri = str(tmp_path / "events")
+    commit_batch(uri, 1)
+    kept_open = commit._open_tables.pop(uri)
+    commit_batch(uri, 2)  # the other writer, on a table of its own
+    commit._open_tables[uri] = kept_open  # still at version 1
+    commit_batch(uri, batch)
+    table = open_table(uri)
+    assert sorted(table.to_pyarrow_table()["n"].to_pylist()) == committed
+    assert table.version() == len(committed)
+    assert f"batch {batch} of app lost a commit race (attempt 1 of 5" in caplog.text
 
 
 def test_a_date_replaced_while_it_is_compacted_is_compacted_again_without_its_old_rows(
