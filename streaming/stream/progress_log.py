@@ -49,13 +49,14 @@ class ProgressLog:
 
     def follow(self, query: StreamingQuery) -> threading.Thread:
         """Record the query's batches from a thread of its own until the query ends."""
+        name = query.name
         thread = threading.Thread(
-            target=self._follow, args=(query,), name=f"progress-log-{query.name}", daemon=True
+            target=self._follow, args=(query, name), name=f"progress-log-{name}", daemon=True
         )
         thread.start()
         return thread
 
-    def _follow(self, query: StreamingQuery) -> None:
+    def _follow(self, query: StreamingQuery, name: str) -> None:
         try:
             while True:
                 active = query.isActive
@@ -63,8 +64,8 @@ class ProgressLog:
                 if not active:
                     return
                 time.sleep(POLL_S)
-        except Py4JError as exc:  # the session went away under the thread
-            log.debug("progress log of %s ends: %s", query.name, exc)
+        except Py4JError as exc:  # the JVM went away under the thread: asking it more would fail
+            log.debug("progress log of %s ends: %s", name, exc)
 
     def record(self, query: StreamingQuery) -> None:
         """Write the batches that completed since the last call."""
