@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +61,16 @@ def graceful_stop_signals(
         stop.set()
 
     relay_thread = threading.Thread(target=relay, name="stop-signals", daemon=True)
-    relay_thread.start()
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    previous: dict[signal.Signals, Any] = {}
+    try:  # off the main thread signal.signal() raises: nothing is left open then
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, handle)
+        relay_thread.start()  # a signal before it waits in the pipe
         yield stop
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         os.close(write_fd)
-        relay_thread.join()
+        if relay_thread.ident is not None:
+            relay_thread.join()
         os.close(read_fd)

@@ -93,6 +93,16 @@ class Stack:
 
         return wait_for(probe, timeout_s, f"a STARTED run of {JOB}", interval_s=1)
 
+    def streaming(self, run_id: str, timeout_s: float = 180) -> None:
+        """Wait until run_id's query runs (its progress lines): before that, the run is starting
+        its Spark session, and a termination then is not the stream's to stop gracefully."""
+        progress = f"{run_id} - run_{JOB} - {JOB}"
+
+        def probe() -> bool | None:
+            return True if progress in self.log.read_text(errors="replace") else None
+
+        wait_for(probe, timeout_s, f"the query of run {run_id} running\n{self.tail()}", 1)
+
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-6000:]
 
@@ -255,6 +265,7 @@ def test_killed_run_is_replaced_within_60s_and_data_stays_exactly_once(stack: St
 
 def test_terminating_from_the_ui_stops_gracefully_and_the_sensor_restarts(stack: Stack) -> None:
     run_id = stack.started_run()
+    stack.streaming(run_id)
     stack.web.terminate_run(run_id)  # raises unless TerminateRunSuccess
     wait_for(
         lambda: True
