@@ -510,9 +510,10 @@ def test_a_flow_added_to_the_running_platform_streams_after_a_reload(stack: Stac
 def test_ctrl_c_stops_everything_it_started(stack: Stack) -> None:
     """Runs are terminated (CANCELED, not FAILURE), Dagster's services shut down through their
     own shutdown pipes (no KeyboardInterrupt tracebacks), each component says it stopped."""
+    running = stack.started_run()  # the stack is up (the test may run first in the module)
+    stack.streaming(running)
     started = psutil.Process(stack.process.pid).children(recursive=True)
     assert len(started) >= 4  # dg dev, webserver, daemon, code server, run worker, JVM...
-    running = stack.started_run()
     before = len(stack.log.read_bytes())
     stack.process.send_signal(signal.SIGINT)
     assert stack.process.wait(timeout=120) == 0, stack.tail()
