@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -57,6 +58,10 @@ JOB = stream_job_name(CALL_EVENTS)
 SENSOR = "call_events_stream_supervisor"
 RATE = 400
 """Events per second the steady sender offers during each fault."""
+QUEUE_PASS = re.compile(
+    r"QueuedRunCoordinatorDaemon - \S*INFO\S* - Priority sorting and checking tag concurrency"
+)
+"""The line Dagster's run queue logs on each pass over the queued runs (about every 5 s)."""
 SPARK_CONF = {"spark.cores.max": "2", "spark.executor.memory": "768m"}
 
 
@@ -206,6 +211,10 @@ class Platform:
 
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-5000:]
+
+    def queue_passes(self) -> int:
+        """Passes of Dagster's run queue over queued runs so far (dev.log)."""
+        return len(QUEUE_PASS.findall(self.log.read_text(errors="replace")))
 
 
 @pytest.fixture(scope="module")
@@ -368,6 +377,7 @@ def test_postgres_down_while_the_sensor_ticks_never_makes_two_stream_runs(
         running = platform.started_run()
         # as a user would from the Launchpad; the webserver holds one connection per storage, and
         # the first request on a connection PostgreSQL closed fails (Dagster's, not retried there)
+        passes_before = platform.queue_passes()
         refused = []
         for _attempt in range(3):
             try:
@@ -377,7 +387,13 @@ def test_postgres_down_while_the_sensor_ticks_never_makes_two_stream_runs(
                 assert "server closed the connection unexpectedly" in str(exc)
                 refused.append(exc)
         assert len(refused) <= 1, refused
-        time.sleep(15)  # several passes of the run queue, which reads PostgreSQL again
+        # the run queue reads PostgreSQL on each pass: three passes leave the extra run queued
+        wait_for(
+            lambda: True if platform.queue_passes() >= passes_before + 3 else None,
+            120,
+            f"three passes of the run queue\n{platform.tail()}",
+            1,
+        )
         statuses = {r["runId"]: r["status"] for r in platform.web.runs(JOB)}
         assert statuses[running] == "STARTED" and statuses[extra] == "QUEUED", statuses
         platform.web.terminate_run(extra)  # raises unless TerminateRunSuccess
