@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help dev dev-s3 dev-secured schema-registry bench-s3 bench-framed bench-secured venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster soak bench-delta-log bench-dagster-history bench-dedup-state broker clean
+.PHONY: help dev dev-s3 dev-secured schema-registry bench-s3 bench-framed bench-secured venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster soak bench-delta-log bench-dagster-history bench-dedup-state bench-faults broker clean
 
 help:
 	@echo "make dev               the whole platform locally; Dagster UI on http://127.0.0.1:3000"
@@ -23,6 +23,7 @@ help:
 	@echo "make bench-delta-log   the stream's commit path on a log holding 30 days of commits, local disk and S3"
 	@echo "make bench-dedup-state one stream's micro-batches before and after a 30 M-key backlog (~40 min)"
 	@echo "make bench-dagster-history  the supervisor's tick and the asset pages with 30 days of Dagster history"
+	@echo "make bench-faults      fault scenarios on three clusters (nodes SIGKILLed, PostgreSQL down): recovery times"
 	@echo "make dev-s3            the same with the lake and checkpoints on a local S3 server"
 	@echo "make dev-secured       the same on a secured broker (SASL_SSL, SCRAM, ACLs), a user per process"
 	@echo "make schema-registry   build the local schema registry (Apicurio) into the cache, once"
@@ -111,6 +112,10 @@ bench-delta-log: $(STAMP)
 
 bench-dagster-history: test-packages
 	cd bench && ../$(BIN)/python dagster_history.py --out ../bench-results/dagster-history.json
+
+# the tests marked faults (pytest leaves them out unless -m faults): each prints its recovery
+bench-faults: test-packages
+	$(BIN)/pytest -m faults -s --timeout=900 --durations=0
 
 bench-latency: $(STAMP)
 	cd bench && ../$(BIN)/python engine_latency.py --out ../bench-results/latency.json

@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
-from tidelake.platform.dev.dagster_web import DagsterWeb
+from tidelake.assets.stream.job import stream_job_name
+from tidelake.platform.dev.dagster_web import DagsterWeb, wait_for
+from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.settings import EngineSettings
 
 REPO = Path(__file__).resolve().parents[1]
+JOB = stream_job_name(CALL_EVENTS)
+QUEUE_PASS = re.compile(
+    r"QueuedRunCoordinatorDaemon - \S*INFO\S* - Priority sorting and checking tag concurrency"
+)
+"""The line Dagster's run queue logs on each pass over the queued runs (about every 5 s)."""
 
 
 def dev_env(root: Path, settings: EngineSettings, bootstrap_servers: str) -> dict[str, str]:
@@ -77,3 +86,56 @@ def stream_worker_pid(web: DagsterWeb, run_id: str) -> int:
     messages = web.run_messages(run_id)
     (pid,) = {int(m.split()[3].rstrip(":")) for m in messages if m.startswith("stream worker pid")}
     return pid
+
+
+@dataclass
+class RunningDev:
+    """A test's running `tidelake dev`: its process, UI, lake and log, and what tests wait for in
+    them (call_events' stream runs, passes of the run queue)."""
+
+    process: subprocess.Popen[bytes]
+    web: DagsterWeb
+    settings: EngineSettings
+    log: Path
+
+    @property
+    def table_uri(self) -> str:
+        return self.settings.table_uri(CALL_EVENTS.table)
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-6000:]
+
+    def started_run(self, other_than: str | None = None, timeout_s: float = 240) -> str:
+        """The id of a STARTED run of the stream job other than `other_than`, once there is one."""
+
+        def probe() -> str | None:
+            assert self.process.poll() is None, f"tidelake dev exited:\n{self.tail()}"
+            runs = [r for r in self.web.runs(JOB, ["STARTED"]) if r["runId"] != other_than]
+            return runs[0]["runId"] if runs else None
+
+        return wait_for(probe, timeout_s, f"a STARTED run of {JOB}\n{self.tail()}", 1)
+
+    def streaming(self, run_id: str, timeout_s: float = 180) -> None:
+        """Wait until run_id's query runs (its progress lines): before that, the run is starting
+        its Spark session, and a termination then is not the stream's to stop gracefully."""
+        progress = f"{run_id} - run_{JOB} - {JOB}"
+
+        def probe() -> bool | None:
+            return True if progress in self.log.read_text(errors="replace") else None
+
+        wait_for(probe, timeout_s, f"the query of run {run_id} running\n{self.tail()}", 1)
+
+    def queue_passes(self) -> int:
+        """Passes of Dagster's run queue over queued runs so far (its own line in the log)."""
+        return len(QUEUE_PASS.findall(self.log.read_text(errors="replace")))
+
+    def wait_for_queue_passes(self, passes: int, timeout_s: float = 120) -> None:
+        """Return once Dagster's run queue has passed over the queued runs `passes` more times:
+        a run still QUEUED then was held back, not merely not reached yet."""
+        target = self.queue_passes() + passes
+        wait_for(
+            lambda: True if self.queue_passes() >= target else None,
+            timeout_s,
+            f"{passes} passes of the run queue\n{self.tail()}",
+            0.5,
+        )

@@ -11,7 +11,7 @@ All helpers take a librdkafka config dict, as returned by `settings.kafka_client
 
 from __future__ import annotations
 
-import contextlib
+import collections
 import functools
 import logging
 import re
@@ -100,14 +100,14 @@ def quiet_client_config(conf: Mapping[str, Any]) -> dict[str, Any]:
 
 def check_reachable(conf: Mapping[str, Any], timeout_s: float = 10.0) -> None:
     """Raise KafkaUnreachableError unless cluster metadata arrives within timeout_s."""
-    _metadata(_admin_client(conf), conf, timeout_s)
+    _metadata(conf, timeout_s)
 
 
 def topic_partition_count(
     conf: Mapping[str, Any], topic: str, timeout_s: float = 10.0
 ) -> int | None:
     """Partition count of topic, or None if it does not exist (never auto-creates it)."""
-    return _partition_count(_metadata(_admin_client(conf), conf, timeout_s), topic)
+    return _partition_count(_metadata(conf, timeout_s), topic)
 
 
 def require_topic(conf: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> int:
@@ -218,7 +218,7 @@ def _ensure_topics(
         )
     deadline = time.monotonic() + timeout_s
     admin = _admin_client(conf)
-    metadata = _metadata(admin, conf, timeout_s)
+    metadata = _metadata(conf, timeout_s)
     missing = {}
     for topic, partitions in wanted.items():
         existing = _partition_count(metadata, topic)
@@ -253,7 +253,7 @@ def _ensure_topics(
     # Creation is acknowledged by the controller; wait until metadata shows it, so that callers
     # can produce at once, and check the count in case a concurrent creator chose another.
     while True:
-        metadata = _metadata(admin, conf, max(0.1, deadline - time.monotonic()))
+        metadata = _metadata(conf, max(0.1, deadline - time.monotonic()))
         pending = {t: n for t, n in missing.items() if _partition_count(metadata, t) is None}
         for topic in missing.keys() - pending.keys():
             _check_count(conf, topic, _partition_count(metadata, topic), missing[topic])
@@ -317,70 +317,86 @@ def _admin_client(conf: Mapping[str, Any]) -> AdminClient:
     """One client per client config in this process, kept: a stream's preflight asks several
     questions, and on TLS with SCRAM each new client's handshake cost ~0.3 s (2.4 s of a
     secured stream's start-up before it was shared)."""
+    return _listening_admin_client(conf)[0]
+
+
+def _listening_admin_client(conf: Mapping[str, Any]) -> tuple[AdminClient, _SecurityErrors]:
     if not str(conf.get("bootstrap.servers", "")).strip():
         raise ConfigError("Kafka client config has no bootstrap.servers")
     return _shared_admin_client(tuple(sorted((str(k), v) for k, v in conf.items())))
 
 
+class _SecurityErrors:
+    """The failed TLS handshakes and SASL logins librdkafka reports to a client's error callback.
+    A refused client hears of it there within a connection attempt, while its metadata request
+    only says "Broker transport failure" once its timeout has passed."""
+
+    def __init__(self) -> None:
+        self.heard: collections.deque[KafkaError] = collections.deque(maxlen=8)
+
+    def __call__(self, error: KafkaError) -> None:
+        # a refused client certificate reaches the client as a TLS alert on a transport error
+        if error.code() in _SECURITY_ERRORS or "ssl/tls alert" in error.str().lower():
+            self.heard.append(error)
+
+
+_SECURITY_ERRORS = {KafkaError._AUTHENTICATION, KafkaError._SSL}
+_METADATA_SLICE_S = 0.5
+"""How often a metadata request that has no answer yet looks at what the error callback heard."""
+
+
 @functools.lru_cache(maxsize=16)
-def _shared_admin_client(conf: tuple[tuple[str, Any], ...]) -> AdminClient:
+def _shared_admin_client(conf: tuple[tuple[str, Any], ...]) -> tuple[AdminClient, _SecurityErrors]:
+    listener = _SecurityErrors()
+    settings: dict[str, Any] = {**quiet_client_config(dict(conf)), "error_cb": listener}
     try:
-        return AdminClient(quiet_client_config(dict(conf)))
+        return AdminClient(settings), listener
     except KafkaException as exc:
         raise ConfigError(f"invalid Kafka client setting: {exc.args[0].str()}") from None
 
 
-def _metadata(admin: AdminClient, conf: Mapping[str, Any], timeout_s: float) -> ClusterMetadata:
+def _metadata(conf: Mapping[str, Any], timeout_s: float) -> ClusterMetadata:
+    """All topics' metadata from the shared client. A refused login or TLS handshake fails at
+    once, naming what to check; no answer within timeout_s is KafkaUnreachableError."""
+    admin, listener = _listening_admin_client(conf)
     bootstrap = _bootstrap(conf)
     if _all_refuse_connections(bootstrap, timeout_s):
         raise KafkaUnreachableError(
             f"Kafka is unreachable at bootstrap.servers={bootstrap}: connection refused"
         )
-    try:
-        # All topics on purpose: naming one topic auto-creates it on a cluster with Kafka's
-        # default auto.create.topics.enable=true.
-        return admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        refused = _security_refusal(conf, bootstrap, min(timeout_s, 5.0))
-        if refused is not None:
-            raise refused from None
-        raise KafkaUnreachableError(
-            f"Kafka is unreachable at bootstrap.servers={bootstrap}: no metadata within "
-            f"{timeout_s:g}s ({exc.args[0].str()}){_protocol_hint(conf)}"
-        ) from None
-
-
-_SECURITY_ERRORS = {KafkaError._AUTHENTICATION, KafkaError._SSL}
+    listener.heard.clear()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            # All topics on purpose: naming one topic auto-creates it on a cluster with Kafka's
+            # default auto.create.topics.enable=true.
+            return admin.list_topics(
+                timeout=max(0.05, min(_METADATA_SLICE_S, deadline - time.monotonic()))
+            )
+        except KafkaException as exc:
+            failure: KafkaError = exc.args[0]
+        admin.poll(0)  # serves the error callback
+        if listener.heard or time.monotonic() >= deadline:
+            break
+    refused = _security_refusal(conf, bootstrap, listener.heard[-1]) if listener.heard else None
+    if refused is not None:
+        raise refused
+    raise KafkaUnreachableError(
+        f"Kafka is unreachable at bootstrap.servers={bootstrap}: no metadata within "
+        f"{timeout_s:g}s ({failure.str()}){_protocol_hint(conf)}"
+    )
 
 
 def _security_refusal(
-    conf: Mapping[str, Any], bootstrap: str, timeout_s: float
+    conf: Mapping[str, Any], bootstrap: str, error: KafkaError
 ) -> KafkaAuthenticationError | None:
-    """Why Kafka refused the client, if it did: librdkafka reports a failed SASL exchange or TLS
-    handshake to its error callback, while the metadata call says only "Broker transport
-    failure". One more short metadata request, with a callback that listens."""
-    protocol = str(conf.get("security.protocol", "plaintext")).upper()
-    if protocol == "PLAINTEXT":
-        return None
-    heard: list[KafkaError] = []
-
-    def listen(error: KafkaError) -> None:
-        # a refused client certificate reaches the client as a TLS alert on a transport error
-        if error.code() in _SECURITY_ERRORS or "ssl/tls alert" in error.str().lower():
-            heard.append(error)
-
-    settings: dict[str, Any] = {**quiet_client_config(conf), "error_cb": listen}
-    probe = AdminClient(settings)
-    with contextlib.suppress(KafkaException):  # what it heard is the answer
-        probe.list_topics(timeout=timeout_s)
-    probe.poll(0.1)  # serves the error callbacks
-    if not heard:
-        return None
-    reason = re.sub(r"^\S+://\S+/\S+: ", "", heard[-1].str())
+    """Why Kafka refused the client, from what its error callback heard; None where that says
+    only that the listener speaks no SASL (the caller names the protocol the client spoke)."""
+    reason = re.sub(r"^\S+://\S+/\S+: ", "", error.str())
     offered = re.search(r"supported mechanisms: ([^(]*)", reason)
     if offered is not None and not offered[1].strip():
-        return None  # a listener without SASL: the caller names the protocol the client spoke
-    if heard[-1].code() == KafkaError._AUTHENTICATION:
+        return None
+    if error.code() == KafkaError._AUTHENTICATION:
         user = conf.get("sasl.username", "")
         mechanism = str(conf.get("sasl.mechanism", "GSSAPI")).upper()
         check = (

@@ -17,25 +17,22 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
 
 import psutil
 import psycopg2
 import pytest
 import requests
 from confluent_kafka.admin import AdminClient, ConfigResource
-from dev_platform import dev_env, start_dev, stop_dev, stream_worker_pid
+from dev_platform import JOB, RunningDev, dev_env, start_dev, stop_dev, stream_worker_pid
 from lake_readers import read_delta
 from local_postgres import LocalPostgres, local_postgres, postgres_bin
 
-from tidelake.assets.stream.job import stream_job_name
 from tidelake.platform.calls.ingest_client import IngestServiceDelivery
 from tidelake.platform.dev.dagster_web import DagsterWeb, DagsterWebError, wait_for
 from tidelake.platform.local.kafka_cluster import LocalKafkaCluster
@@ -47,6 +44,7 @@ from tidelake.streaming.settings import EngineSettings
 
 pytestmark = [
     pytest.mark.cluster,
+    pytest.mark.faults,
     pytest.mark.slow,
     pytest.mark.skipif(
         postgres_bin() is None,
@@ -54,14 +52,9 @@ pytestmark = [
     ),
 ]
 
-JOB = stream_job_name(CALL_EVENTS)
 SENSOR = "call_events_stream_supervisor"
 RATE = 400
 """Events per second the steady sender offers during each fault."""
-QUEUE_PASS = re.compile(
-    r"QueuedRunCoordinatorDaemon - \S*INFO\S* - Priority sorting and checking tag concurrency"
-)
-"""The line Dagster's run queue logs on each pass over the queued runs (about every 5 s)."""
 SPARK_CONF = {"spark.cores.max": "2", "spark.executor.memory": "768m"}
 
 
@@ -163,21 +156,13 @@ class LiveRunWatch:
 
 
 @dataclass
-class Platform:
-    process: Any
-    web: DagsterWeb
-    settings: EngineSettings
+class Platform(RunningDev):
     kafka: LocalKafkaCluster
     spark: LocalSparkCluster
     postgres: LocalPostgres
     ingest: str
-    log: Path
     sent: list[str] = field(default_factory=list)
     recoveries: dict[str, dict[str, float]] = field(default_factory=dict)
-
-    @property
-    def table_uri(self) -> str:
-        return self.settings.table_uri(CALL_EVENTS.table)
 
     def table_keys(self) -> list[str]:
         try:
@@ -200,21 +185,6 @@ class Platform:
         keys = self.table_keys()
         assert len(keys) == len(set(keys)), f"{len(keys) - len(set(keys))} duplicated"
         assert set(keys) == set(self.sent)
-
-    def started_run(self, other_than: str | None = None, timeout_s: float = 240) -> str:
-        def probe() -> str | None:
-            assert self.process.poll() is None, f"tidelake dev exited:\n{self.tail()}"
-            runs = [r for r in self.web.runs(JOB, ["STARTED"]) if r["runId"] != other_than]
-            return runs[0]["runId"] if runs else None
-
-        return wait_for(probe, timeout_s, f"a STARTED run of {JOB}\n{self.tail()}", 1)
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-5000:]
-
-    def queue_passes(self) -> int:
-        """Passes of Dagster's run queue over queued runs so far (dev.log)."""
-        return len(QUEUE_PASS.findall(self.log.read_text(errors="replace")))
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +213,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
         process = start_dev(env, log, port, ingest_port)
         web = DagsterWeb(f"http://127.0.0.1:{port}")
         running = Platform(
-            process, web, settings, kafka, spark, postgres, f"127.0.0.1:{ingest_port}", log
+            process, web, settings, log, kafka, spark, postgres, f"127.0.0.1:{ingest_port}"
         )
         try:
             yield running
@@ -377,7 +347,6 @@ def test_postgres_down_while_the_sensor_ticks_never_makes_two_stream_runs(
         running = platform.started_run()
         # as a user would from the Launchpad; the webserver holds one connection per storage, and
         # the first request on a connection PostgreSQL closed fails (Dagster's, not retried there)
-        passes_before = platform.queue_passes()
         refused = []
         for _attempt in range(3):
             try:
@@ -388,12 +357,7 @@ def test_postgres_down_while_the_sensor_ticks_never_makes_two_stream_runs(
                 refused.append(exc)
         assert len(refused) <= 1, refused
         # the run queue reads PostgreSQL on each pass: three passes leave the extra run queued
-        wait_for(
-            lambda: True if platform.queue_passes() >= passes_before + 3 else None,
-            120,
-            f"three passes of the run queue\n{platform.tail()}",
-            1,
-        )
+        platform.wait_for_queue_passes(3)
         statuses = {r["runId"]: r["status"] for r in platform.web.runs(JOB)}
         assert statuses[running] == "STARTED" and statuses[extra] == "QUEUED", statuses
         platform.web.terminate_run(extra)  # raises unless TerminateRunSuccess

@@ -30,7 +30,7 @@ import grpc
 import psutil
 import pytest
 from dagster_ui import browser_ui
-from dev_platform import dev_env, start_dev, stop_dev, stream_worker_pid
+from dev_platform import JOB, RunningDev, dev_env, start_dev, stop_dev, stream_worker_pid
 from flows import PAGE_VIEWS
 from lake_readers import duckdb_query, read_delta
 
@@ -49,17 +49,12 @@ from tidelake.streaming.settings import EngineSettings
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-JOB = stream_job_name(CALL_EVENTS)
 _FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
 T = TypeVar("T")
 
 
 @dataclass
-class Stack:
-    process: subprocess.Popen[bytes]
-    web: DagsterWeb
-    settings: EngineSettings
-    log: Path
+class Stack(RunningDev):
     kafka_conf: dict[str, Any]
     ingest_port: int
     flow_module: Path
@@ -73,10 +68,6 @@ class Stack:
         self.reports.append(report)
         return report
 
-    @property
-    def table_uri(self) -> str:
-        return self.settings.table_uri(CALL_EVENTS.table)
-
     def wait_for_rows(self, rows: int, timeout_s: float = 120) -> None:
         def probe() -> bool | None:
             try:
@@ -85,26 +76,6 @@ class Stack:
                 return None
 
         wait_for(probe, timeout_s, f"{rows} rows in {self.table_uri}", interval_s=1)
-
-    def started_run(self, other_than: str | None = None, timeout_s: float = 120) -> str:
-        def probe() -> str | None:
-            runs = [r for r in self.web.runs(JOB, ["STARTED"]) if r["runId"] != other_than]
-            return runs[0]["runId"] if runs else None
-
-        return wait_for(probe, timeout_s, f"a STARTED run of {JOB}", interval_s=1)
-
-    def streaming(self, run_id: str, timeout_s: float = 180) -> None:
-        """Wait until run_id's query runs (its progress lines): before that, the run is starting
-        its Spark session, and a termination then is not the stream's to stop gracefully."""
-        progress = f"{run_id} - run_{JOB} - {JOB}"
-
-        def probe() -> bool | None:
-            return True if progress in self.log.read_text(errors="replace") else None
-
-        wait_for(probe, timeout_s, f"the query of run {run_id} running\n{self.tail()}", 1)
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-6000:]
 
     def wait_for_automation(self, probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
         """wait_for, failing with the runs automation launched and the stack's log. Locally the
@@ -285,7 +256,7 @@ def test_terminating_from_the_ui_stops_gracefully_and_the_sensor_restarts(stack:
 def test_a_second_run_of_a_stream_waits_in_the_queue(stack: Stack) -> None:
     running = stack.started_run()
     extra = stack.web.launch_run(JOB)  # as a user would from the Launchpad
-    time.sleep(15)  # several run-queue passes
+    stack.wait_for_queue_passes(3)  # held back, not merely not reached yet
     statuses = {r["runId"]: r["status"] for r in stack.web.runs(JOB)}
     assert statuses[running] == "STARTED" and statuses[extra] == "QUEUED"
     assert list(statuses.values()).count("STARTED") == 1

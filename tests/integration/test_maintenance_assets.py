@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -14,31 +17,55 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 from lake_readers import read_delta
 from live_stream import produce_and_stream
+from stores import copy_tree
 
 from tidelake.assets.definitions import build_definitions
 from tidelake.assets.tables.keys import compaction_key, table_key
+from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
-from tidelake.streaming.kafka.admin import ensure_topic, quiet_client_config
+from tidelake.streaming.kafka.admin import delete_topic, ensure_topic, quiet_client_config
 from tidelake.streaming.kafka.offsets import PartitionEnds
+from tidelake.streaming.settings import EngineSettings
+
+
+@pytest.fixture(scope="module")
+def streamed(
+    spark: Any, kafka_conf: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Any, ProduceReport, EngineSettings]]:
+    """2,000 events over three days, streamed once for the module (each test gets a copy)."""
+    flow = dataclasses.replace(CALL_EVENTS, topic=f"tidelake-test-maintenance-{uuid.uuid4().hex}")
+    ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
+    root = tmp_path_factory.mktemp("streamed")
+    settings = EngineSettings(
+        lake=str(root / "lake"), checkpoints=str(root / "checkpoints"), max_offsets_per_trigger=300
+    )
+    run = produce_and_stream(spark, flow, settings, kafka_conf, count=2000, days=3, seed=31)
+    yield flow, run.report, settings
+    delete_topic(kafka_conf, flow.topic)
 
 
 @pytest.fixture
 def setup(
-    spark: Any,
+    streamed: tuple[Any, ProduceReport, EngineSettings],
     kafka_conf: dict[str, Any],
-    topic_name: str,
-    engine_settings: Any,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> Any:
+) -> tuple[Any, ProduceReport, str, dg.Definitions]:
+    """A copy of the module's streamed table and checkpoint, and the definitions over it: their
+    own resources, Kafka from the environment and Spark's session of this run."""
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_conf["bootstrap.servers"])
-    flow = dataclasses.replace(CALL_EVENTS, topic=topic_name)
-    ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
-    settings = engine_settings.model_copy(update={"max_offsets_per_trigger": 300})
-    run = produce_and_stream(spark, flow, settings, kafka_conf, count=2000, days=3, seed=31)
-    report, stream = run.report, run.stream
-    # the definitions' own resources: Kafka from the environment, Spark's session of this run
-    defs = build_definitions({flow.name: flow}, settings)
-    return flow, report, stream, defs
+    flow, report, source = streamed
+    settings = source.model_copy(
+        update={"lake": str(tmp_path / "lake"), "checkpoints": str(tmp_path / "checkpoints")}
+    )
+    copy_tree(source.lake, settings.lake)
+    copy_tree(source.checkpoints, settings.checkpoints)
+    return (
+        flow,
+        report,
+        settings.table_uri(flow.table),
+        build_definitions({flow.name: flow}, settings),
+    )
 
 
 def _asset(defs: dg.Definitions, key: dg.AssetKey) -> dg.AssetsDefinition:
@@ -46,7 +73,7 @@ def _asset(defs: dg.Definitions, key: dg.AssetKey) -> dg.AssetsDefinition:
 
 
 def test_materializing_a_date_range_backfills_in_one_run(setup: Any) -> None:
-    flow, report, stream, defs = setup
+    flow, report, table_uri, defs = setup
     days = sorted(report.by_date)[:2]
     with dg.instance_for_test() as instance:
         result = dg.materialize(
@@ -62,14 +89,14 @@ def test_materializing_a_date_range_backfills_in_one_run(setup: Any) -> None:
         records = instance.fetch_materializations(table_key(flow), limit=10).records
     assert sorted(r.partition_key for r in records) == days  # one run, both partitions
     assert materialization.metadata["rows_by_date"].value == {d: report.by_date[d] for d in days}
-    keys = read_delta(stream.table_uri).column("call_sid").to_pylist()
+    keys = read_delta(table_uri).column("call_sid").to_pylist()
     assert len(keys) == report.good == len(set(keys))
 
 
 def test_backfill_failure_names_the_cause_and_keeps_the_table(
     setup: Any, engine_settings: Any
 ) -> None:
-    flow, report, stream, defs = setup
+    flow, report, table_uri, defs = setup
     other = dataclasses.replace(flow, name="call_events_elsewhere")  # no stream ever ran
     defs = build_definitions({other.name: other}, engine_settings)
     with dg.instance_for_test() as instance:
@@ -82,15 +109,20 @@ def test_backfill_failure_names_the_cause_and_keeps_the_table(
     assert not result.success
     (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert "start the call_events_elsewhere stream" in str(failure.event_specific_data.error)
-    assert read_delta(stream.table_uri).num_rows == report.good
+    assert read_delta(table_uri).num_rows == report.good
 
 
 def test_backfill_of_a_day_kafka_no_longer_holds_fails_before_spark(
-    setup: Any, kafka_conf: dict[str, Any]
+    setup: Any, kafka_conf: dict[str, Any], topic_name: str, engine_settings: Any
 ) -> None:
     """Records of the first day deleted from Kafka (what retention does): its backfill fails in
-    the planning step, which runs before the Spark session is built, and the table is kept."""
-    flow, report, stream, defs = setup
+    the planning step, which runs before the Spark session is built, and the table is kept.
+    The same events on a topic of the test's own: the module's other tests read theirs."""
+    shared, report, table_uri, _ = setup
+    flow = dataclasses.replace(shared, topic=topic_name)
+    ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
+    produce_demo_events(flow, kafka_conf, count=2000, days=3, seed=31, progress=False)
+    defs = build_definitions({flow.name: flow}, engine_settings)  # the copy's lake, this topic
     first, second = sorted(report.by_date)[:2]
     second_ms = int(datetime.fromisoformat(second).replace(tzinfo=UTC).timestamp() * 1000)
     probe = PartitionEnds(kafka_conf, "test", 10)
@@ -104,7 +136,7 @@ def test_backfill_of_a_day_kafka_no_longer_holds_fails_before_spark(
     )
     for future in deleted.values():
         future.result(timeout=30)
-    before = read_delta(stream.table_uri)
+    before = read_delta(table_uri)
     with dg.instance_for_test() as instance:
         result = dg.materialize(
             [_asset(defs, table_key(flow))],
@@ -118,11 +150,11 @@ def test_backfill_of_a_day_kafka_no_longer_holds_fails_before_spark(
     assert f"Kafka topic {flow.topic!r} no longer holds every record" in message
     complete = re.search(r"the earliest date still complete in Kafka is (\S+)\.", message)
     assert complete is not None and complete.group(1) > second  # records of `second` are cut too
-    assert read_delta(stream.table_uri).equals(before)
+    assert read_delta(table_uri).equals(before)
 
 
 def test_compaction_asset_reports_files_before_and_after(setup: Any) -> None:
-    flow, report, stream, defs = setup
+    flow, report, table_uri, defs = setup
     day = sorted(report.by_date)[-2]  # yesterday: today is not a partition yet
     with dg.instance_for_test() as instance:
         result = dg.materialize(
@@ -134,11 +166,11 @@ def test_compaction_asset_reports_files_before_and_after(setup: Any) -> None:
     (m,) = result.asset_materializations_for_node(f"lake__{flow.table}_compacted")
     assert m.metadata["files_before"].value > m.metadata["files_after"].value == 1
     assert m.metadata["dagster/row_count"].value == report.by_date[day]
-    assert read_delta(stream.table_uri).num_rows == report.good
+    assert read_delta(table_uri).num_rows == report.good
 
 
 def test_vacuum_job_observes_what_it_removed(setup: Any) -> None:
-    flow, report, stream, defs = setup
+    flow, report, table_uri, defs = setup
     job = defs.resolve_job_def(f"{flow.name}_vacuum")
     with dg.instance_for_test() as instance:
         result = job.execute_in_process(
@@ -156,11 +188,11 @@ def test_vacuum_job_observes_what_it_removed(setup: Any) -> None:
         dg.AssetKey(["lake", flow.quarantine_table]),
     }
     assert all("vacuum_removed_files" in o.metadata for o in observed)
-    assert read_delta(stream.table_uri).num_rows == report.good
+    assert read_delta(table_uri).num_rows == report.good
 
 
 def test_log_upkeep_job_checkpoints_and_observes_the_log(setup: Any) -> None:
-    flow, report, stream, defs = setup
+    flow, report, table_uri, defs = setup
     job = defs.resolve_job_def(f"{flow.name}_log_upkeep")
     assert job.graph.node_defs[0].pool is None  # it commits nothing: no table slot
     with dg.instance_for_test() as instance:
@@ -175,9 +207,9 @@ def test_log_upkeep_job_checkpoints_and_observes_the_log(setup: Any) -> None:
     table = observed[table_key(flow)].metadata
     assert table["delta_log_files"].value > 0
     assert f"{table['table_version'].value:020d}.checkpoint.parquet" in os.listdir(
-        f"{stream.table_uri}/_delta_log"
+        f"{table_uri}/_delta_log"
     )
-    assert read_delta(stream.table_uri).num_rows == report.good
+    assert read_delta(table_uri).num_rows == report.good
     schedule = defs.resolve_schedule_def(f"{flow.name}_log_upkeep_hourly")
     assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
 

@@ -195,6 +195,7 @@ def test_the_stream_users_password_reaches_no_log_and_no_file_at_debug(
 
 
 @pytest.mark.cluster
+@pytest.mark.faults
 def test_a_secured_cluster_keeps_serving_its_roles_through_a_lost_node() -> None:
     """Three secured nodes (SSL between them and to the controller quorum): the ingest user
     writes with acks=all while a node is killed and comes back; the stream user reads all."""
