@@ -61,8 +61,9 @@ def _wait_for_commit_after(table: str, version: int, proc: subprocess.Popen, log
 
 
 # on S3, where a commit is a conditional put that a kill can interrupt at any byte; on a local
-# disk it is one rename, which a kill lands before or after: the crash between the Delta commit
-# and Spark's commit log below makes that window certain there
+# disk it is one rename, which a kill lands before or after. A fault scenario (make bench-faults):
+# the crash between the Delta commit and Spark's commit log below makes its worst window certain
+@pytest.mark.faults
 @ON_S3
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
     kafka_conf, kafka_as, call_events_topic, tmp_path, storage_roots

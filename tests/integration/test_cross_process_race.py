@@ -15,6 +15,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from lake_readers import read_delta
 from live_stream import BackgroundProducer
 from stores import ON_S3
@@ -72,8 +73,10 @@ def _finish(proc: subprocess.Popen[str], name: str) -> None:
     assert proc.returncode == 0, f"{name} failed:\n{out[-3000:]}"
 
 
-# on S3, where writers of separate processes meet only through its conditional puts; the same
-# conflicts on a local disk (an atomic rename) are test_commit_races' and test_table_maintenance's
+# on S3, where writers of separate processes meet only through its conditional puts. A fault
+# scenario (make bench-faults); the conflicts one at a time are test_commit_races',
+# test_table_maintenance's and test_backfill's (a backfill while the stream writes the same day)
+@pytest.mark.faults
 @ON_S3
 def test_stream_backfill_compaction_and_vacuum_in_separate_processes(
     kafka_conf: dict[str, Any], call_events_topic: str, storage_roots: tuple[str, str]

@@ -119,6 +119,7 @@ def _new_data_file(table: Path, known: set[Path], timeout_s: float = 120) -> Non
     raise AssertionError(f"no new data file in {table} within {timeout_s:g} s")
 
 
+@pytest.mark.faults  # the graceful stop once: test_crash_safety's SIGTERM test
 def test_the_stream_stops_after_its_batch_at_any_moment_and_the_table_is_exact(
     kafka_conf: dict[str, Any], call_events_topic: str, tmp_path: Path
 ) -> None:
