@@ -17,7 +17,7 @@ from deltalake.exceptions import TableNotFoundError
 from lake_readers import delta_version, duckdb_query, read_delta
 from live_stream import produce_and_stream, run_available_now
 from process_states import kill_tree
-from stores import ON_S3
+from stores import ON_BOTH_STORES
 
 from tidelake.platform.dev.dagster_web import wait_for
 from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
@@ -60,11 +60,11 @@ def _wait_for_commit_after(table: str, version: int, proc: subprocess.Popen, log
     wait_for(committed, 180, f"a commit after version {version}", 0.2)
 
 
-# on S3, where a commit is a conditional put that a kill can interrupt at any byte; on a local
-# disk it is one rename, which a kill lands before or after. A fault scenario (make bench-faults):
-# the crash between the Delta commit and Spark's commit log below makes its worst window certain
+# A fault scenario (make bench-faults), on both stores: the commit protocol differs per store.
+# In make test, the crash between the Delta commit and Spark's commit log below makes the worst
+# window certain
 @pytest.mark.faults
-@ON_S3
+@ON_BOTH_STORES
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
     kafka_conf, kafka_as, call_events_topic, tmp_path, storage_roots
 ):

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from lake_readers import read_delta
 from live_stream import BackgroundProducer
-from stores import ON_S3
+from stores import ON_BOTH_STORES
 
 from tidelake.platform.dev.dagster_web import wait_for
 from tidelake.platform.dev.produce import produce_demo_events
@@ -73,11 +73,12 @@ def _finish(proc: subprocess.Popen[str], name: str) -> None:
     assert proc.returncode == 0, f"{name} failed:\n{out[-3000:]}"
 
 
-# on S3, where writers of separate processes meet only through its conditional puts. A fault
-# scenario (make bench-faults); the conflicts one at a time are test_commit_races',
-# test_table_maintenance's and test_backfill's (a backfill while the stream writes the same day)
+# A fault scenario (make bench-faults), on both stores: writers of separate processes meet only
+# through the store's commit (S3's conditional put; on a local disk AtomicLocalLogStore's hard
+# link, test_jvm_jars). In make test, the conflicts one at a time: test_commit_races,
+# test_table_maintenance and test_backfill (a backfill while the stream writes the same day)
 @pytest.mark.faults
-@ON_S3
+@ON_BOTH_STORES
 def test_stream_backfill_compaction_and_vacuum_in_separate_processes(
     kafka_conf: dict[str, Any], call_events_topic: str, storage_roots: tuple[str, str]
 ) -> None:
