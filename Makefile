@@ -23,7 +23,7 @@ help:
 	@echo "make bench-delta-log   the stream's commit path on a log holding 30 days of commits, local disk and S3"
 	@echo "make bench-dedup-state one stream's micro-batches before and after a 30 M-key backlog (~40 min)"
 	@echo "make bench-dagster-history  the supervisor's tick and the asset pages with 30 days of Dagster history"
-	@echo "make bench-faults      fault scenarios on three clusters (nodes SIGKILLed, PostgreSQL down): recovery times"
+	@echo "make bench-faults      fault scenarios: kills, stops and races at random moments, clusters losing nodes (~20 min)"
 	@echo "make dev-s3            the same with the lake and checkpoints on a local S3 server"
 	@echo "make dev-secured       the same on a secured broker (SASL_SSL, SCRAM, ACLs), a user per process"
 	@echo "make schema-registry   build the local schema registry (Apicurio) into the cache, once"

@@ -7,6 +7,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,21 +28,39 @@ from tidelake.streaming.kafka.admin import delete_topic, ensure_topic, quiet_cli
 from tidelake.streaming.kafka.offsets import PartitionEnds
 from tidelake.streaming.settings import EngineSettings
 
+EVENTS: dict[str, Any] = {"count": 2000, "days": 3, "seed": 31}
+"""The demo events every test's table holds."""
+
 
 @pytest.fixture(scope="module")
 def streamed(
     spark: Any, kafka_conf: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Any, ProduceReport, EngineSettings]]:
-    """2,000 events over three days, streamed once for the module (each test gets a copy)."""
+    """EVENTS streamed once for the module (each test gets a copy)."""
     flow = dataclasses.replace(CALL_EVENTS, topic=f"tidelake-test-maintenance-{uuid.uuid4().hex}")
     ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
     root = tmp_path_factory.mktemp("streamed")
     settings = EngineSettings(
         lake=str(root / "lake"), checkpoints=str(root / "checkpoints"), max_offsets_per_trigger=300
     )
-    run = produce_and_stream(spark, flow, settings, kafka_conf, count=2000, days=3, seed=31)
+    run = produce_and_stream(spark, flow, settings, kafka_conf, **EVENTS)
     yield flow, run.report, settings
     delete_topic(kafka_conf, flow.topic)
+
+
+@dataclass
+class TableCopy:
+    """A test's copy of the module's streamed table and checkpoint, and the definitions over it
+    (their own resources: Kafka from the environment, Spark's session of this run)."""
+
+    flow: Any
+    report: ProduceReport
+    settings: EngineSettings
+    defs: dg.Definitions
+
+    @property
+    def table_uri(self) -> str:
+        return self.settings.table_uri(self.flow.table)
 
 
 @pytest.fixture
@@ -50,9 +69,7 @@ def setup(
     kafka_conf: dict[str, Any],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> tuple[Any, ProduceReport, str, dg.Definitions]:
-    """A copy of the module's streamed table and checkpoint, and the definitions over it: their
-    own resources, Kafka from the environment and Spark's session of this run."""
+) -> TableCopy:
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_conf["bootstrap.servers"])
     flow, report, source = streamed
     settings = source.model_copy(
@@ -60,20 +77,15 @@ def setup(
     )
     copy_tree(source.lake, settings.lake)
     copy_tree(source.checkpoints, settings.checkpoints)
-    return (
-        flow,
-        report,
-        settings.table_uri(flow.table),
-        build_definitions({flow.name: flow}, settings),
-    )
+    return TableCopy(flow, report, settings, build_definitions({flow.name: flow}, settings))
 
 
 def _asset(defs: dg.Definitions, key: dg.AssetKey) -> dg.AssetsDefinition:
     return defs.resolve_assets_def(key)
 
 
-def test_materializing_a_date_range_backfills_in_one_run(setup: Any) -> None:
-    flow, report, table_uri, defs = setup
+def test_materializing_a_date_range_backfills_in_one_run(setup: TableCopy) -> None:
+    flow, report, table_uri, defs = setup.flow, setup.report, setup.table_uri, setup.defs
     days = sorted(report.by_date)[:2]
     with dg.instance_for_test() as instance:
         result = dg.materialize(
@@ -93,12 +105,10 @@ def test_materializing_a_date_range_backfills_in_one_run(setup: Any) -> None:
     assert len(keys) == report.good == len(set(keys))
 
 
-def test_backfill_failure_names_the_cause_and_keeps_the_table(
-    setup: Any, engine_settings: Any
-) -> None:
-    flow, report, table_uri, defs = setup
+def test_backfill_failure_names_the_cause_and_keeps_the_table(setup: TableCopy) -> None:
+    flow, report, table_uri = setup.flow, setup.report, setup.table_uri
     other = dataclasses.replace(flow, name="call_events_elsewhere")  # no stream ever ran
-    defs = build_definitions({other.name: other}, engine_settings)
+    defs = build_definitions({other.name: other}, setup.settings)
     with dg.instance_for_test() as instance:
         result = dg.materialize(
             [defs.resolve_assets_def(table_key(other))],
@@ -113,16 +123,16 @@ def test_backfill_failure_names_the_cause_and_keeps_the_table(
 
 
 def test_backfill_of_a_day_kafka_no_longer_holds_fails_before_spark(
-    setup: Any, kafka_conf: dict[str, Any], topic_name: str, engine_settings: Any
+    setup: TableCopy, kafka_conf: dict[str, Any], topic_name: str
 ) -> None:
     """Records of the first day deleted from Kafka (what retention does): its backfill fails in
     the planning step, which runs before the Spark session is built, and the table is kept.
     The same events on a topic of the test's own: the module's other tests read theirs."""
-    shared, report, table_uri, _ = setup
-    flow = dataclasses.replace(shared, topic=topic_name)
+    report, table_uri = setup.report, setup.table_uri
+    flow = dataclasses.replace(setup.flow, topic=topic_name)
     ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
-    produce_demo_events(flow, kafka_conf, count=2000, days=3, seed=31, progress=False)
-    defs = build_definitions({flow.name: flow}, engine_settings)  # the copy's lake, this topic
+    produce_demo_events(flow, kafka_conf, progress=False, **EVENTS)
+    defs = build_definitions({flow.name: flow}, setup.settings)  # the copy's lake, this topic
     first, second = sorted(report.by_date)[:2]
     second_ms = int(datetime.fromisoformat(second).replace(tzinfo=UTC).timestamp() * 1000)
     probe = PartitionEnds(kafka_conf, "test", 10)
@@ -153,8 +163,8 @@ def test_backfill_of_a_day_kafka_no_longer_holds_fails_before_spark(
     assert read_delta(table_uri).equals(before)
 
 
-def test_compaction_asset_reports_files_before_and_after(setup: Any) -> None:
-    flow, report, table_uri, defs = setup
+def test_compaction_asset_reports_files_before_and_after(setup: TableCopy) -> None:
+    flow, report, table_uri, defs = setup.flow, setup.report, setup.table_uri, setup.defs
     day = sorted(report.by_date)[-2]  # yesterday: today is not a partition yet
     with dg.instance_for_test() as instance:
         result = dg.materialize(
@@ -169,8 +179,8 @@ def test_compaction_asset_reports_files_before_and_after(setup: Any) -> None:
     assert read_delta(table_uri).num_rows == report.good
 
 
-def test_vacuum_job_observes_what_it_removed(setup: Any) -> None:
-    flow, report, table_uri, defs = setup
+def test_vacuum_job_observes_what_it_removed(setup: TableCopy) -> None:
+    flow, report, table_uri, defs = setup.flow, setup.report, setup.table_uri, setup.defs
     job = defs.resolve_job_def(f"{flow.name}_vacuum")
     with dg.instance_for_test() as instance:
         result = job.execute_in_process(
@@ -191,8 +201,8 @@ def test_vacuum_job_observes_what_it_removed(setup: Any) -> None:
     assert read_delta(table_uri).num_rows == report.good
 
 
-def test_log_upkeep_job_checkpoints_and_observes_the_log(setup: Any) -> None:
-    flow, report, table_uri, defs = setup
+def test_log_upkeep_job_checkpoints_and_observes_the_log(setup: TableCopy) -> None:
+    flow, report, table_uri, defs = setup.flow, setup.report, setup.table_uri, setup.defs
     job = defs.resolve_job_def(f"{flow.name}_log_upkeep")
     assert job.graph.node_defs[0].pool is None  # it commits nothing: no table slot
     with dg.instance_for_test() as instance:
@@ -214,8 +224,8 @@ def test_log_upkeep_job_checkpoints_and_observes_the_log(setup: Any) -> None:
     assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
 
 
-def test_compaction_runs_automatically_and_maintenance_shares_a_pool(setup: Any) -> None:
-    flow, _, _, defs = setup
+def test_compaction_runs_automatically_and_maintenance_shares_a_pool(setup: TableCopy) -> None:
+    flow, defs = setup.flow, setup.defs
     compaction = _asset(defs, compaction_key(flow))
     assert compaction.automation_conditions_by_key[compaction_key(flow)] is not None
     backfill = _asset(defs, table_key(flow))
