@@ -31,7 +31,7 @@ def build_definitions(
     policy: SupervisorPolicy | None = None,
 ) -> dg.Definitions:
     settings = settings or engine_settings()
-    policy = policy or SupervisorPolicy()
+    policy = policy or SupervisorPolicy(interval_s=settings.supervisor_interval)
     declared = flows or declared_flows(settings.flow_modules)
     flows = {name: settings.deployed(flow) for name, flow in declared.items()}
     per_flow = [flow_definitions(f, settings, policy) for f in flows.values()]
@@ -49,7 +49,7 @@ def build_definitions(
                 "tidelake_automation",
                 target=dg.AssetSelection.all(),
                 default_status=dg.DefaultSensorStatus.RUNNING,
-                minimum_interval_seconds=30,
+                minimum_interval_seconds=settings.automation_interval,
                 # one run per date holds a check and what it gates, so blocking works in-run
                 emit_backfills=False,
             )

@@ -146,6 +146,22 @@ class EngineSettings(BaseSettings):
             "starts; `tidelake dev` turns it on, so a flow added to a running platform streams"
         ),
     )
+    supervisor_interval: int = Field(
+        default=20,
+        ge=1,
+        description=(
+            "seconds between ticks of each stream's supervisor sensor: how soon a stopped stream "
+            "is restarted and its health recorded (each tick is a row in Dagster's storage)"
+        ),
+    )
+    automation_interval: int = Field(
+        default=30,
+        ge=1,
+        description=(
+            "seconds between evaluations of tidelake_automation: how soon a closed day is "
+            "compacted and checked"
+        ),
+    )
 
     progress_log: Path | None = Field(
         default=None,

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCREENSHOTS = REPO / "test-results" / "screenshots"
 CHROMIUM = Path(os.environ.get("TIDELAKE_CHROMIUM", "/usr/bin/chromium"))
 INSTALL_HINT = "install it with `sudo apt-get install chromium` (Debian) or run .ci/run"
-_LAUNCHED = re.compile(r"Launched run ([0-9a-f]{8})")
+_CREATED = re.compile(r"Created backfill\s*([a-z0-9]+)")
 
 
 def require_chromium() -> Path:
@@ -63,41 +63,40 @@ class DagsterUI:
     def text(self) -> str:
         return self.page.inner_text("body")
 
-    def launch_partition_run(self, asset_path: list[str], partition: str) -> str:
-        """Materialize → Custom → the partition → Launch 1 run, on the asset's page; the first
-        8 characters of the run id, from the notice the UI shows."""
+    def launch_backfill(self, asset_path: list[str], first: str, last: str) -> str:
+        """Materialize → Custom → the range [first...last] → Launch backfill, on the asset's page;
+        the backfill's id, from the notice the UI shows."""
         self.open("/assets/" + "/".join(asset_path))
         self.page.get_by_role("button", name="Materialize").first.click()
         dialog = self.page.get_by_role("dialog")
         dialog.get_by_role("button", name="Custom").click()
         partitions = dialog.locator("input").first
-        partitions.fill(partition)
+        partitions.fill(f"[{first}...{last}]")
         partitions.press("Enter")
-        launch = dialog.get_by_role("button", name="Launch 1 run")
+        launch = dialog.get_by_role("button", name="Launch backfill")
         launch.wait_for()
         self.shot("materialize-dialog")
         launch.click()
-        notice = self.page.get_by_text(_LAUNCHED)
+        notice = self.page.get_by_text(_CREATED)
         notice.wait_for(timeout=30_000)
-        found = _LAUNCHED.search(notice.inner_text())
+        found = _CREATED.search(notice.inner_text())
         assert found is not None
         return found.group(1)
 
-    def check_results(self, asset_path: list[str], check: str) -> dict[str, str]:
-        """Partition -> evaluation result ("Passed", "Failed", ...) of the newest execution of a
-        check on it, read from the check's Execution history table."""
+    def check_result(self, asset_path: list[str], check: str, partition: str) -> str:
+        """The evaluation result ("Passed", "Failed", ...) of the newest execution of a check on
+        a partition, read from the check's Execution history table once its row is shown."""
         self.open("/assets/" + "/".join(asset_path) + f"?view=checks&checkDetail={check}")
         self.page.get_by_text("Execution history", exact=True).click()
         table = self.page.locator("table", has_text="Evaluation result")
-        table.wait_for()
+        table.locator("tbody tr", has_text=partition).first.wait_for()  # rows load after the head
         header = [c.strip() for c in table.locator("thead th").all_inner_texts()]
-        result, partition = header.index("Evaluation result"), header.index("Partition")
-        found: dict[str, str] = {}
-        for row in table.locator("tbody tr").all():
+        result, column = header.index("Evaluation result"), header.index("Partition")
+        for row in table.locator("tbody tr").all():  # newest first
             cells = [c.strip() for c in row.locator("td").all_inner_texts()]
-            if len(cells) > max(result, partition):
-                found.setdefault(cells[partition], cells[result])  # newest first
-        return found
+            if len(cells) > max(result, column) and cells[column] == partition:
+                return cells[result]
+        raise AssertionError(f"no execution of {check} on {partition} in the UI")
 
 
 @contextmanager

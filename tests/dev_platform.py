@@ -28,7 +28,8 @@ QUEUE_PASS = re.compile(
 
 def dev_env(root: Path, settings: EngineSettings, bootstrap_servers: str) -> dict[str, str]:
     """The environment of a test's `tidelake dev`: its own DAGSTER_HOME, TIDELAKE_HOME, lake and
-    checkpoints under `root`, 1-second triggers, and the given Kafka."""
+    checkpoints under `root`, 1-second triggers, sensors ticking every 5 s instead of 20 and 30
+    (what the tests wait on is a tick's doing, not its interval), and the given Kafka."""
     return {
         **os.environ,
         "DAGSTER_HOME": str(root / "dagster_home"),
@@ -36,6 +37,8 @@ def dev_env(root: Path, settings: EngineSettings, bootstrap_servers: str) -> dic
         "TIDELAKE_LAKE": str(settings.lake),
         "TIDELAKE_CHECKPOINTS": str(settings.checkpoints),
         "TIDELAKE_TRIGGER_INTERVAL": "1 second",
+        "TIDELAKE_SUPERVISOR_INTERVAL": "5",
+        "TIDELAKE_AUTOMATION_INTERVAL": "5",
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap_servers,
     }
 

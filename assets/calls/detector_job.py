@@ -96,12 +96,11 @@ def build_detector_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefini
 
 
 def build_detector_supervisor(
-    job: dg.JobDefinition, policy: SupervisorPolicy, interval_s: int = 20
+    job: dg.JobDefinition, policy: SupervisorPolicy
 ) -> dg.SensorDefinition:
     return build_supervisor(
         job,
         policy,
         name=f"{DETECTOR_NAME}_supervisor",
         description=f"Keeps one run of {job.name} alive and backs off on crash loops.",
-        interval_s=interval_s,
     )

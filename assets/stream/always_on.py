@@ -194,7 +194,6 @@ def build_supervisor(
     name: str,
     description: str,
     observe: Observe | None = None,
-    interval_s: int = 20,
 ) -> dg.SensorDefinition:
     """The sensor that keeps one run of `job` alive, backs off on crash loops and replaces runs
     whose worker was lost; `observe` adds what it records each tick (health, closed days)."""
@@ -203,7 +202,7 @@ def build_supervisor(
     @dg.sensor(
         name=name,
         job=job,
-        minimum_interval_seconds=interval_s,
+        minimum_interval_seconds=policy.interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=description,
     )

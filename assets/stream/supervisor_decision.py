@@ -69,6 +69,9 @@ class SupervisorPolicy:
     backoff_cap_s: float = 600.0
     healthy_after_s: float = 300.0
     crash_loop_after: int = 3
+    interval_s: int = 20
+    """Seconds between the supervisor's ticks (TIDELAKE_SUPERVISOR_INTERVAL): the longest a
+    stopped stream waits for its restart beyond any back-off."""
 
     def delay(self, consecutive_failures: int) -> float:
         if consecutive_failures <= 1:

@@ -66,7 +66,6 @@ def build_supervisor_sensor(
     job: dg.JobDefinition,
     settings: EngineSettings,
     policy: SupervisorPolicy,
-    interval_s: int = 20,
 ) -> dg.SensorDefinition:
     checkpoint = settings.checkpoint_uri(flow.name)
     table_uri = settings.table_uri(flow.table)
@@ -98,7 +97,6 @@ def build_supervisor_sensor(
         description=f"Keeps one run of {job.name} alive, backs off on crash loops, records "
         f"lag and health of {flow.table}, and closes its daily partitions.",
         observe=observe,
-        interval_s=interval_s,
     )
 
 

@@ -127,12 +127,20 @@ class DagsterWeb:
         )
         return [event.get("message") or "" for event in data["logsForRun"]["events"]]
 
-    def runs(self, job_name: str | None, statuses: list[str] | None = None) -> list[dict[str, Any]]:
+    def runs(
+        self,
+        job_name: str | None,
+        statuses: list[str] | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> list[dict[str, Any]]:
         """Runs of a job (None: of every job), newest first: runId, jobName, status, startTime,
-        endTime."""
+        endTime; only those with `statuses` and `tags` when given (a backfill's runs carry
+        dagster/backfill=<its id>)."""
         run_filter: dict[str, Any] = {"pipelineName": job_name} if job_name else {}
         if statuses:
             run_filter["statuses"] = statuses
+        if tags:
+            run_filter["tags"] = [{"key": k, "value": v} for k, v in tags.items()]
         data = self.query(
             """query($filter: RunsFilter) {
               runsOrError(filter: $filter) {
@@ -178,34 +186,6 @@ class DagsterWeb:
             )
         except DagsterGraphQLClientError as exc:
             raise DagsterWebError(f"cannot launch {job_name}: {exc}") from None
-
-    def launch_partition_backfill(self, asset_path: list[str], partitions: list[str]) -> str:
-        """Backfill partitions of an asset, as Materialize → partitions in the UI does; its id."""
-        data = self.query(
-            """mutation($params: LaunchBackfillParams!) {
-              launchPartitionBackfill(backfillParams: $params) {
-                __typename
-                ... on LaunchBackfillSuccess { backfillId }
-                ... on PythonError { message }
-              }
-            }""",
-            {"params": {"assetSelection": [{"path": asset_path}], "partitionNames": partitions}},
-        )["launchPartitionBackfill"]
-        if data["__typename"] != "LaunchBackfillSuccess":
-            raise DagsterWebError(f"cannot backfill {'/'.join(asset_path)}: {data}")
-        return data["backfillId"]
-
-    def backfill_status(self, backfill_id: str) -> str:
-        data = self.query(
-            """query($id: String!) {
-              partitionBackfillOrError(backfillId: $id) {
-                __typename
-                ... on PartitionBackfill { status }
-              }
-            }""",
-            {"id": backfill_id},
-        )["partitionBackfillOrError"]
-        return data.get("status", data["__typename"])
 
     def reload_location(self) -> None:
         """Reload the code location, as Deployment → Reload in the UI does: its code server is

@@ -229,6 +229,8 @@ def test_dev_on_the_s3_server_and_the_secured_broker_comes_up_green_with_a_user_
         "DAGSTER_HOME": str(tmp_path / "dagster_home"),
         "TIDELAKE_HOME": str(home),
         "TIDELAKE_TRIGGER_INTERVAL": "1 second",
+        "TIDELAKE_SUPERVISOR_INTERVAL": "5",
+        "TIDELAKE_AUTOMATION_INTERVAL": "5",
     }
     command = [*CLI, "dev", "--s3", "--secured-kafka", "--rate", "50", "--history-days", "0"]
     command += ["--port", str(port), "--ingest-port", str(ingest_port)]

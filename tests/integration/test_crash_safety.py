@@ -22,7 +22,7 @@ from stores import ON_BOTH_STORES
 from tidelake.platform.dev.dagster_web import wait_for
 from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
-from tidelake.streaming.settings import kafka_client_env
+from tidelake.streaming.settings import EngineSettings, kafka_client_env
 
 pytestmark = pytest.mark.slow
 
@@ -114,10 +114,13 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
 
 
 def test_sigterm_stops_gracefully_and_the_next_run_resumes(
-    kafka_conf, kafka_as, call_events_topic, tmp_path
+    spark, kafka_conf, kafka_as, call_events_topic, tmp_path
 ):
+    """The CLI stops on SIGTERM after its batch; the next run (this process's Spark: what starts
+    it is not the subject) resumes from the checkpoint it left."""
     stream_conf = kafka_as("stream", [call_events_topic])
-    env = _env(stream_conf, (str(tmp_path / "lake"), str(tmp_path / "checkpoints")))
+    settings = EngineSettings(lake=tmp_path / "lake", checkpoints=tmp_path / "checkpoints")
+    env = _env(stream_conf, (settings.lake, settings.checkpoints))
     log = tmp_path / "stream.log"
     table = str(tmp_path / "lake" / "call_events")
     first = produce_demo_events(CALL_EVENTS, kafka_conf, count=500, seed=5, progress=False)
@@ -128,7 +131,7 @@ def test_sigterm_stops_gracefully_and_the_next_run_resumes(
     assert "stopping" in log.read_text()
 
     second = produce_demo_events(CALL_EVENTS, kafka_conf, count=300, seed=6, progress=False)
-    assert _start(env, log, "--available-now").wait(timeout=300) == 0, log.read_text()[-3000:]
+    run_available_now(spark, CALL_EVENTS, settings, stream_conf)
     keys = read_delta(table).column("call_sid").to_pylist()
     assert len(keys) == len(set(keys)) == first.good + second.good
 

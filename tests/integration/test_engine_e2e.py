@@ -12,13 +12,11 @@ from datetime import UTC, datetime
 import pytest
 from flows import PAGE_VIEWS
 from kafka_topics import read_records
-from lake_readers import delta_version, duckdb_query, poison_kind, read_delta
-from live_stream import cli_available_now, produce_and_stream, run_available_now
+from lake_readers import delta_version, duckdb_query, poison_kind
+from live_stream import produce_and_stream, run_available_now
 
-from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import TopicMissingError, ensure_topic
-from tidelake.streaming.settings import kafka_client_env
 from tidelake.streaming.stream.query import FlowStream
 
 
@@ -126,22 +124,6 @@ def test_a_second_declared_flow_runs_without_engine_changes(
     assert run.quarantine.num_rows == report.malformed
     first = table.column("viewed_at_s")[0].as_py()
     assert first.tzinfo is not None and first.microsecond == 0  # epoch seconds, exactly
-
-
-def test_cli_available_now_exits_zero(kafka_conf, call_events_topic, tmp_path):
-    env = {
-        **os.environ,
-        **kafka_client_env(kafka_conf),
-        "TIDELAKE_LAKE": str(tmp_path / "lake"),
-        "TIDELAKE_CHECKPOINTS": str(tmp_path / "checkpoints"),
-    }
-    report = produce_demo_events(
-        CALL_EVENTS, kafka_conf, count=200, malformed_share=0.05, seed=1, progress=False
-    )
-    done = cli_available_now(env, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert read_delta(tmp_path / "lake" / "call_events").num_rows == report.good
-    assert read_delta(tmp_path / "lake" / "call_events_quarantine").num_rows == report.malformed
 
 
 def test_cli_reports_an_unreachable_broker_before_starting_spark(closed_port, tmp_path):

@@ -123,8 +123,10 @@ def _start_cli_broker(home: Path) -> tuple[subprocess.Popen[str], str]:
     return process, match.group(1)
 
 
-@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
-def test_cli_broker_runs_until_signalled(tmp_path: Path, stop_signal: signal.Signals) -> None:
+def test_cli_broker_runs_until_signalled_and_refuses_a_second_start(tmp_path: Path) -> None:
+    """`tidelake broker` records where it runs, refuses a second start in the same home without
+    touching the first, and on SIGTERM exits 0, leaving its kept data folder (Ctrl-C and
+    SIGTERM to its group: test_terminal_stops)."""
     home = tmp_path / "home"
     process, address = _start_cli_broker(home)
     try:
@@ -134,7 +136,16 @@ def test_cli_broker_runs_until_signalled(tmp_path: Path, stop_signal: signal.Sig
         assert running_broker(state_file) == address
         assert _metadata(address).brokers
 
-        process.send_signal(stop_signal)
+        env = {**os.environ, "TIDELAKE_HOME": str(home)}
+        second = subprocess.run(
+            [str(TIDELAKE), "broker"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert second.returncode != 0
+        assert f"already running at {address}" in second.stderr
+        assert "Traceback" not in second.stderr
+        assert running_broker(state_file) == address  # first one untouched
+
+        process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
     finally:
         if process.poll() is None:
@@ -144,20 +155,3 @@ def test_cli_broker_runs_until_signalled(tmp_path: Path, stop_signal: signal.Sig
     assert gone(state["pid"])
     assert Path(state["log"]).parent == home.resolve() / "kafka"  # the kept data folder
     assert (home / "kafka" / "data" / "meta.properties").exists()
-
-
-def test_cli_broker_refuses_to_start_twice(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    process, address = _start_cli_broker(home)
-    try:
-        env = {**os.environ, "TIDELAKE_HOME": str(home)}
-        second = subprocess.run(
-            [str(TIDELAKE), "broker"], env=env, capture_output=True, text=True, timeout=60
-        )
-        assert second.returncode != 0
-        assert f"already running at {address}" in second.stderr
-        assert "Traceback" not in second.stderr
-        assert running_broker(home / "broker.json") == address  # first one untouched
-    finally:
-        process.terminate()
-        process.wait(timeout=30)

@@ -170,9 +170,13 @@ def test_a_refused_stream_fails_in_one_line_and_leaves_the_table_as_it_was(
 def test_the_stream_users_password_reaches_no_log_and_no_file_at_debug(
     secured_broker: LocalKafkaBroker, tmp_path: Path
 ) -> None:
+    """`tidelake stream --available-now` as the stream's user at DEBUG: it lands every record
+    (the malformed in quarantine) and exits 0, and its password is in no output and no file."""
     admin = secured_broker.client_config()
     ensure_topic(admin, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
-    produce_demo_events(CALL_EVENTS, admin, count=300, progress=False, seed=6)
+    report = produce_demo_events(
+        CALL_EVENTS, admin, count=300, malformed_share=0.05, progress=False, seed=6
+    )
     secured_broker.grant(role_grants([CALL_EVENTS.topic], "call-anomalies"))
     stream_user = secured_broker.client_config("stream")
     password = stream_user["sasl.password"]
@@ -186,8 +190,9 @@ def test_the_stream_users_password_reaches_no_log_and_no_file_at_debug(
         **kafka_client_env(stream_user),
     }
     run = cli_available_now(env, cwd=tmp_path)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert read_delta(tmp_path / "lake" / "call_events").num_rows > 0
+    assert run.returncode == 0, run.stderr[-3000:]  # `--available-now` exits 0 when done
+    assert read_delta(tmp_path / "lake" / "call_events").num_rows == report.good
+    assert read_delta(tmp_path / "lake" / "call_events_quarantine").num_rows == report.malformed
     assert password not in run.stdout + run.stderr
     for path in tmp_path.rglob("*"):
         if path.is_file():
