@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import pytest
 import yaml
 from process_states import signal_in_mask
 
@@ -136,18 +135,14 @@ def test_dg_check_defs_loads_the_definitions() -> None:
     assert "All definitions loaded successfully." in output
 
 
-@pytest.mark.parametrize(
-    "command",
-    [[str(DG), "dev"], [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml"]],
-    ids=["dg dev", "dagster dev -w workspace.yaml"],
-)
-def test_both_entry_points_serve_the_code_location_and_stop_on_ctrl_c(
-    command: list[str], closed_port: int, tmp_path: Path
+def test_dagster_dev_with_the_workspace_serves_the_code_location_and_stops_on_ctrl_c(
+    closed_port: int, tmp_path: Path
 ) -> None:
-    """`dg dev` (what `tidelake dev` runs) and the kept `dagster dev -w workspace.yaml` load the
-    same definitions with their sensors on, and Ctrl-C ends them with nothing left running.
-    No broker answers, so stream runs fail before Spark: this is about the entry points, and
-    `tidelake dev`'s stop with runs in flight is tested in test_platform_e2e."""
+    """The kept entry point, `dagster dev -w workspace.yaml`, loads the same definitions as
+    `dg dev` with their sensors on, and Ctrl-C ends it with nothing left running. No broker
+    answers, so stream runs fail before Spark. `dg dev` is what `tidelake dev` runs, and
+    test_platform_e2e starts and stops it with runs in flight."""
+    command = [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml"]
     port = free_port()
     env = {
         **os.environ,
@@ -169,7 +164,7 @@ def test_both_entry_points_serve_the_code_location_and_stop_on_ctrl_c(
         )
     try:
         web = DagsterWeb(f"http://127.0.0.1:{port}")
-        keys = wait_for(lambda: web.asset_keys() or None, 180, f"{command[-2:]}'s code location")
+        keys = wait_for(lambda: web.asset_keys() or None, 180, "workspace.yaml's code location")
         assert {"lake/call_events", "models/call_anomaly_model"} <= set(keys)
         assert web.sensor_states()["call_events_stream_supervisor"] == "RUNNING"
         family = psutil.Process(process.pid).children(recursive=True)

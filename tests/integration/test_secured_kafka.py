@@ -24,6 +24,7 @@ from tidelake.streaming.kafka.acls import role_grants
 from tidelake.streaming.kafka.admin import (
     KafkaAuthorizationError,
     check_reachable,
+    delete_topic,
     ensure_topic,
     require_topic,
     topic_partition_count,
@@ -173,6 +174,7 @@ def test_the_stream_users_password_reaches_no_log_and_no_file_at_debug(
     """`tidelake stream --available-now` as the stream's user at DEBUG: it lands every record
     (the malformed in quarantine) and exits 0, and its password is in no output and no file."""
     admin = secured_broker.client_config()
+    delete_topic(admin, CALL_EVENTS.topic)  # the module's earlier tests left records on it
     ensure_topic(admin, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
     report = produce_demo_events(
         CALL_EVENTS, admin, count=300, malformed_share=0.05, progress=False, seed=6
