@@ -31,6 +31,7 @@ def build_definitions(
     policy: SupervisorPolicy | None = None,
 ) -> dg.Definitions:
     settings = settings or engine_settings()
+    # a policy given wins over TIDELAKE_SUPERVISOR_INTERVAL (tests pass their own back-off)
     policy = policy or SupervisorPolicy(interval_s=settings.supervisor_interval)
     declared = flows or declared_flows(settings.flow_modules)
     flows = {name: settings.deployed(flow) for name, flow in declared.items()}

@@ -2,11 +2,11 @@
 in its own process group with its own DAGSTER_HOME, against the test session's broker. The tests
 drive Dagster only through its GraphQL API and read the Delta tables with delta-rs and DuckDB.
 
-Order matters (one stack per module): up -> exactly once -> a backfill of the closed days in
-the browser with no failed run so far -> SIGKILL of the run -> terminate from the UI -> a second
-run queues -> partitions closed -> quality checks -> automatic compaction -> a backfill through
-the CLI -> events through the ingest service -> a flow added and the code location reloaded ->
-Ctrl-C leaves no process behind.
+Order matters (one stack per module): up -> exactly once -> the supervisor closes past days ->
+a backfill of the closed days in the browser with no failed run so far -> SIGKILL of the run ->
+terminate from the UI -> a second run queues -> quality checks -> automatic compaction -> events
+through the ingest service (exactly once after the restarts) -> a flow added and the code
+location reloaded -> Ctrl-C leaves no process behind.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import dataclasses
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -99,7 +97,7 @@ def stack(kafka_conf: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
         CALL_EVENTS,
         kafka_conf,
         count=600,
-        days=3,
+        days=4,  # at least two closed days at any hour: a range to backfill
         malformed_share=0.05,
         late_share=0.1,
         duplicate_share=0.05,
@@ -160,6 +158,38 @@ def test_events_land_exactly_once(stack: Stack) -> None:
     assert Counter(d.isoformat() for d in table.column("date").to_pylist()) == report.by_date
     quarantine = stack.settings.table_uri(CALL_EVENTS.quarantine_table)
     assert duckdb_query(f"select count(*) from delta_scan('{quarantine}')") == [(report.malformed,)]
+
+
+def test_days_behind_the_event_time_are_materialized_with_row_counts(stack: Stack) -> None:
+    """The supervisor closes the days the stream's clock has passed: before any backfill, so
+    only its (run-less) materializations can be found."""
+    horizon = datetime.now(UTC) - CALL_EVENTS.allowed_lateness
+    first = stack.reports[0]
+    expected = {
+        day: n
+        for day, n in first.by_date.items()
+        if datetime.combine(date.fromisoformat(day) + timedelta(days=1), datetime.min.time(), UTC)
+        < horizon - timedelta(minutes=5)
+    }
+    assert len(expected) >= 2, "the first report spans four dates: at least two are closed"
+
+    def materialized() -> dict[str, int] | None:
+        data = stack.web.query(
+            """query { assetOrError(assetKey: {path: ["lake", "call_events"]}) {
+                ... on Asset { assetMaterializations { partition metadataEntries {
+                    label ... on IntMetadataEntry { intValue } } } } } }"""
+        )
+        found = {
+            m["partition"]: next(
+                e["intValue"] for e in m["metadataEntries"] if e["label"] == "dagster/row_count"
+            )
+            for m in data["assetOrError"]["assetMaterializations"]
+        }
+        return found if set(expected) <= set(found) else None
+
+    found = wait_for(materialized, 90, f"materializations of {sorted(expected)}")
+    for day, rows in expected.items():
+        assert found[day] == rows
 
 
 def test_a_user_backfills_closed_days_in_the_browser_and_no_run_failed(stack: Stack) -> None:
@@ -260,11 +290,9 @@ def test_terminating_from_the_ui_stops_gracefully_and_the_sensor_restarts(stack:
         f"run {run_id} CANCELED",
     )
     assert "stream stopped gracefully" in stack.log.read_text(errors="replace")
+    # a new run, which streams: the ingest service's events land through it, exactly once,
+    # further on
     stack.started_run(other_than=run_id, timeout_s=90)
-    good = sum(r.good for r in stack.reports)
-    stack.produce(count=100, malformed_share=0, late_share=0, seed=9)
-    stack.wait_for_rows(good + 100)
-    assert read_delta(stack.table_uri).num_rows == good + 100
 
 
 def test_a_second_run_of_a_stream_waits_in_the_queue(stack: Stack) -> None:
@@ -275,36 +303,6 @@ def test_a_second_run_of_a_stream_waits_in_the_queue(stack: Stack) -> None:
     assert statuses[running] == "STARTED" and statuses[extra] == "QUEUED"
     assert list(statuses.values()).count("STARTED") == 1
     stack.web.terminate_run(extra)  # raises unless TerminateRunSuccess
-
-
-def test_days_behind_the_event_time_are_materialized_with_row_counts(stack: Stack) -> None:
-    horizon = datetime.now(UTC) - CALL_EVENTS.allowed_lateness
-    first = stack.reports[0]
-    expected = {
-        day: n
-        for day, n in first.by_date.items()
-        if datetime.combine(date.fromisoformat(day) + timedelta(days=1), datetime.min.time(), UTC)
-        < horizon - timedelta(minutes=5)
-    }
-    assert expected, "the first report spans three dates: at least one is closed"
-
-    def materialized() -> dict[str, int] | None:
-        data = stack.web.query(
-            """query { assetOrError(assetKey: {path: ["lake", "call_events"]}) {
-                ... on Asset { assetMaterializations { partition metadataEntries {
-                    label ... on IntMetadataEntry { intValue } } } } } }"""
-        )
-        found = {
-            m["partition"]: next(
-                e["intValue"] for e in m["metadataEntries"] if e["label"] == "dagster/row_count"
-            )
-            for m in data["assetOrError"]["assetMaterializations"]
-        }
-        return found if set(expected) <= set(found) else None
-
-    found = wait_for(materialized, 90, f"materializations of {sorted(expected)}")
-    for day, rows in expected.items():
-        assert found[day] == rows
 
 
 def _closed_days(stack: Stack) -> list[str]:
@@ -367,41 +365,6 @@ def test_a_closed_day_is_compacted_automatically(stack: Stack) -> None:
     assert found["files_after"] <= found["files_before"]
 
 
-def test_cli_materializes_one_partition(stack: Stack) -> None:
-    day = _closed_days(stack)[-1]
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(stack.log.parent / "dagster_home"),
-        "TIDELAKE_LAKE": str(stack.settings.lake),
-        "TIDELAKE_CHECKPOINTS": str(stack.settings.checkpoints),
-        "KAFKA_BOOTSTRAP_SERVERS": stack.kafka_conf["bootstrap.servers"],
-    }
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dagster",
-            "asset",
-            "materialize",
-            "-m",
-            "tidelake.assets.definitions",
-            "--select",
-            "lake/call_events",
-            "--partition",
-            day,
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    keys = read_delta(stack.table_uri).column("call_sid").to_pylist()
-    assert len(keys) == sum(r.good for r in stack.reports) == len(set(keys))
-
-
 def test_events_sent_to_the_ingest_service_land_in_the_table(stack: Stack) -> None:
     channel = grpc.insecure_channel(f"127.0.0.1:{stack.ingest_port}")
     calls = service_pb2_grpc.CallEventServiceStub(channel)
@@ -421,7 +384,10 @@ def test_events_sent_to_the_ingest_service_land_in_the_table(stack: Stack) -> No
         ]
         for event in sent:
             assert calls.trackCall(event, timeout=15).call_sid == event.call_sid
-        stack.wait_for_rows(sum(r.good for r in stack.reports) + len(sent))
+        good = sum(r.good for r in stack.reports) + len(sent)
+        stack.wait_for_rows(good)
+        keys = read_delta(stack.table_uri).column("call_sid").to_pylist()
+        assert len(keys) == good == len(set(keys))  # exactly once through two restarts
         assert calls.getCallInfo(CallSid(call_sid=sent[3].call_sid), timeout=15) == sent[3]
     finally:
         channel.close()

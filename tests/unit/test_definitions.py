@@ -161,3 +161,20 @@ def test_every_job_runs_its_steps_in_the_runs_own_process() -> None:
     Spark step of a date's run."""
     jobs = [defs.resolve_implicit_global_asset_job_def(), *defs.resolve_all_job_defs()]
     assert {job.executor_def.name for job in jobs} == {dg.in_process_executor.name}
+
+
+def test_sensor_intervals_are_the_settings(tmp_path: Path) -> None:
+    """TIDELAKE_SUPERVISOR_INTERVAL sets every supervisor's tick (the streams' and the
+    detector's), TIDELAKE_AUTOMATION_INTERVAL that of tidelake_automation."""
+    settings = EngineSettings(
+        lake=tmp_path / "lake",
+        checkpoints=tmp_path / "checkpoints",
+        supervisor_interval=7,
+        automation_interval=9,
+    )
+    built = build_definitions(settings=settings)
+    intervals = {s.name: s.minimum_interval_seconds for s in built.sensors or []}
+    assert intervals.pop("tidelake_automation") == 9
+    supervisors = {name for name in intervals if name.endswith("_supervisor")}
+    assert {"call_events_stream_supervisor", "call_anomaly_detector_supervisor"} <= supervisors
+    assert {intervals[name] for name in supervisors} == {7}
