@@ -25,7 +25,8 @@ def main() -> int:
         for name in PACKAGES:
             (root / name).symlink_to(REPO / name)
         mypy = [sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml")]
-        packages = [arg for name in PACKAGES[1:] for arg in ("-p", f"tidelake.{name}")]
+        checked = [name for name in PACKAGES if name != "protos"]  # protoc's code: imported only
+        packages = [arg for name in checked for arg in ("-p", f"tidelake.{name}")]
         return subprocess.run([*mypy, *packages], cwd=tmp, check=False).returncode
 
 
