@@ -31,12 +31,14 @@ help:
 
 JAVA   := $(shell find jvm/spark-extensions/src/main jvm/ingest-service/src/main -name '*.java')
 
+# --compile-bytecode: uv does not compile by default, and where PYTHONDONTWRITEBYTECODE is set every
+# Python process (Dagster's webserver, daemon, code servers, each run) compiled the libraries again
 $(STAMP): pyproject.toml setup.py jvm/pom.xml jvm/spark-jars/pom.xml jvm/kafka-broker/pom.xml jvm/spark-extensions/pom.xml jvm/ingest-service/pom.xml $(JAVA)
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
 	@command -v mvn >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq maven >/dev/null; } || { echo "need Maven 3.8+ (Debian package maven) for the JVM jars"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip "uv>=0.13,<0.14"
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[dev]"
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e ".[dev]"
 	$(BIN)/tidelake install-jars
 	$(BIN)/tidelake spark-archive
 	@touch $@
