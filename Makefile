@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help dev dev-s3 dev-secured schema-registry bench-s3 bench-framed bench-secured venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster soak bench-delta-log bench-dagster-history bench-dedup-state bench-faults broker clean
+.PHONY: help dev dev-s3 dev-secured schema-registry bench-s3 bench-framed bench-secured venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster soak bench-delta-log bench-dagster-history bench-dedup-state bench-driver-memory bench-faults broker clean
 
 help:
 	@echo "make dev               the whole platform locally; Dagster UI on http://127.0.0.1:3000"
@@ -22,6 +22,7 @@ help:
 	@echo "make soak              the platform for an hour at 6,000 events/s with faults: drift of every cost (SOAK_ARGS=...)"
 	@echo "make bench-delta-log   the stream's commit path on a log holding 30 days of commits, local disk and S3"
 	@echo "make bench-dedup-state one stream's micro-batches before and after a 30 M-key backlog (~40 min)"
+	@echo "make bench-driver-memory the stream's Python driver over thousands of small micro-batches (~25 min)"
 	@echo "make bench-dagster-history  the supervisor's tick and the asset pages with 30 days of Dagster history"
 	@echo "make bench-faults      fault scenarios: kills, stops and races at random moments, clusters losing nodes (~20 min)"
 	@echo "make dev-s3            the same with the lake and checkpoints on a local S3 server"
@@ -108,6 +109,9 @@ soak: $(STAMP)
 # a stream live at 2,000 events/s, a backlog of 30 M keys, live again (DEDUP_ARGS=...)
 bench-dedup-state: $(STAMP)
 	cd bench && ../$(BIN)/python dedup_state.py --out ../bench-results/dedup-state.json $(DEDUP_ARGS)
+
+bench-driver-memory: $(STAMP)
+	cd bench && ../$(BIN)/python stream_driver_memory.py --out ../bench-results/driver-memory.json $(DRIVER_ARGS)
 
 bench-delta-log: $(STAMP)
 	cd bench && ../$(BIN)/python delta_log_age.py --out ../bench-results/delta-log.json

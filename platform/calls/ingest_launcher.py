@@ -71,7 +71,8 @@ class IngestSettings:
     health_interval_s: float = 5.0
     shutdown_grace_s: float = 10.0
     heap_mb: int = 512
-    """The service JVM's heap (-Xmx): 100 concurrent streams at their in-flight caps fit."""
+    """The service JVM's heap, all of it taken at its start: 100 concurrent streams at their
+    in-flight caps fit."""
     framed_values: bool = False
     """Write values in Confluent's wire format (the flow's .proto registered under the topic's
     value subject), so that consumers using Confluent's deserializers read them; the stream
@@ -150,6 +151,8 @@ def start_ingest_server(
         [
             java_executable(),
             f"-Xmx{settings.heap_mb}m",
+            f"-Xms{settings.heap_mb}m",  # a fixed heap, touched at the start: what the memory
+            "-XX:+AlwaysPreTouch",  # of a months-long process still does is off the heap
             "-XX:+ExitOnOutOfMemoryError",
             "-XX:+UseParallelGC",
             "-cp",

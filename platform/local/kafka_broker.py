@@ -175,10 +175,13 @@ class LocalKafkaBroker(LocalServerProcess):
             folder, server_properties(node, folder / "data", self._credentials)
         )
         self._cluster_id = self._format(java, classpath, properties)
-        self._spawn([*self._java_command(java, classpath, "kafka.Kafka"), str(properties)])
+        server = self._java_command(java, classpath, "kafka.Kafka", server=True)
+        self._spawn([*server, str(properties)])
 
-    def _java_command(self, java: str, classpath: str, main: str) -> list[str]:
-        return java_command(java, classpath, main, self._folder(), self._heap_mb)
+    def _java_command(
+        self, java: str, classpath: str, main: str, *, server: bool = False
+    ) -> list[str]:
+        return java_command(java, classpath, main, self._folder(), self._heap_mb, server=server)
 
     def _format(self, java: str, classpath: str, properties: Path) -> str:
         """The data folder's cluster id; formats the folder first if it has none."""

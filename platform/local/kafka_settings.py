@@ -98,11 +98,19 @@ def server_properties(
     return settings
 
 
-def java_command(java: str, classpath: str, main: str, folder: Path, heap_mb: int) -> list[str]:
-    """A Kafka JVM (the server or a tool) logging through the folder's Log4j2 settings."""
+def java_command(
+    java: str, classpath: str, main: str, folder: Path, heap_mb: int, *, server: bool = False
+) -> list[str]:
+    """A Kafka JVM (the server or a tool) logging through the folder's Log4j2 settings.
+
+    A server's heap is all taken and touched at its start (-Xms = -Xmx, as Kafka's own start
+    script sets it): a process that runs for months holds a fixed heap, and what its memory
+    still does over time is off the heap (a growing heap looked like a leak in the soak)."""
+    fixed = [f"-Xms{heap_mb}m", "-XX:+AlwaysPreTouch"] if server else []
     return [
         java,
         f"-Xmx{heap_mb}m",
+        *fixed,
         "-Xss1m",
         "-XX:+UseG1GC",
         "-XX:MaxGCPauseMillis=20",
