@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from tidelake.streaming.settings import EngineSettings
+
 
 class RunState(StrEnum):
     """Dagster run statuses, grouped the way the supervisor cares about them."""
@@ -69,9 +71,9 @@ class SupervisorPolicy:
     backoff_cap_s: float = 600.0
     healthy_after_s: float = 300.0
     crash_loop_after: int = 3
-    interval_s: int = 20
-    """Seconds between the supervisor's ticks (TIDELAKE_SUPERVISOR_INTERVAL): the longest a
-    stopped stream waits for its restart beyond any back-off."""
+    interval_s: int = EngineSettings.model_fields["supervisor_interval"].default
+    """Seconds between the supervisor's ticks (TIDELAKE_SUPERVISOR_INTERVAL, whose default this
+    is): the longest a stopped stream waits for its restart beyond any back-off."""
 
     def delay(self, consecutive_failures: int) -> float:
         if consecutive_failures <= 1:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -122,13 +121,12 @@ def test_every_micro_batch_is_one_line_of_the_progress_log(
     )
     run = produce_and_stream(spark, flow, settings, kafka_conf, count=900, seed=4)
     log_file = tmp_path / f"{run.stream.query_name}.jsonl"
-    wait_for_lines = time.monotonic() + 10  # the follower writes the last batch as it ends
-    lines: list[dict[str, Any]] = []
-    while time.monotonic() < wait_for_lines:
+
+    def all_lines() -> list[dict[str, Any]] | None:
         lines = [json.loads(line) for line in log_file.read_text().splitlines()]
-        if sum(line["numInputRows"] for line in lines) >= 900:
-            break
-        time.sleep(0.2)
+        return lines if sum(line["numInputRows"] for line in lines) >= 900 else None
+
+    lines = wait_for(all_lines, 10, "the follower to write the last batch as it ends", 0.2)
     batches = [line["batchId"] for line in lines]
     assert batches == sorted(set(batches)) and len(batches) >= 4, batches
     assert sum(line["numInputRows"] for line in lines) == 900
