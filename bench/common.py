@@ -1,4 +1,5 @@
-"""Shared pieces of the benchmarks: a broker, the process-tree sampler, Delta commit times."""
+"""Shared pieces of the benchmarks: a broker, the process-tree sampler, Delta commit times, the
+drift of sampled series."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import psutil
 
 from tidelake.platform.local.kafka_broker import LocalKafkaBroker
@@ -140,3 +142,33 @@ def write_figures(out: Path | None, figures: dict) -> None:
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(figures, indent=2))
+
+
+def drift(rows: list[dict[str, float]], settle_s: float, run_s: float) -> dict[str, dict]:
+    """Per series: first-tenth and last-tenth medians, least-squares slope per hour, and the
+    value at 30 days, over the samples (t_s: seconds into the run) after settle_s that no fault was
+    being recovered from (recovering, where a benchmark injects faults)."""
+    kept = [r for r in rows if r["t_s"] >= settle_s and not r.get("recovering")]
+    out: dict[str, dict] = {}
+    if len(kept) < 10:
+        return out
+    t_h = np.array([r["t_s"] for r in kept]) / 3600
+    tenth = max(1, len(kept) // 10)
+    for name in kept[0]:
+        if name in ("t_s", "recovering"):
+            continue
+        y = np.array([r.get(name, np.nan) for r in kept], dtype=float)
+        ok = ~np.isnan(y)
+        if ok.sum() < 10 or np.allclose(y[ok], 0):
+            continue
+        slope, _ = np.polyfit(t_h[ok], y[ok], 1)
+        median = float(np.median(y[ok]))
+        first, last = y[ok][:tenth], y[ok][-tenth:]
+        out[name] = {
+            "first_tenth": float(np.median(first)),
+            "last_tenth": float(np.median(last)),
+            "slope_per_h": float(slope),
+            "slope_pct_per_h": float(100 * slope / median) if median else float("nan"),
+            "at_30_days": float(np.median(last) + slope * (30 * 24 - run_s / 3600)),
+        }
+    return out

@@ -44,7 +44,7 @@ from typing import Any
 import click
 import numpy as np
 import psutil
-from common import wait_for, write_figures
+from common import drift, wait_for, write_figures
 
 from tidelake.platform.local.kafka_cluster import LocalKafkaCluster
 from tidelake.platform.local.ports import free_ports
@@ -536,35 +536,6 @@ def read_back(soak: Soak) -> dict[str, int]:
 
 # ---------------------------------------------------------------------------------------------
 # drift
-
-
-def drift(rows: list[dict[str, float]], settle_s: float, run_s: float) -> dict[str, dict]:
-    """Per series: first-tenth and last-tenth medians, least-squares slope per hour, and the
-    value at 30 days, over the samples after settle_s that no fault was being recovered from."""
-    kept = [r for r in rows if r["t_s"] >= settle_s and not r["recovering"]]
-    out: dict[str, dict] = {}
-    if len(kept) < 10:
-        return out
-    t_h = np.array([r["t_s"] for r in kept]) / 3600
-    tenth = max(1, len(kept) // 10)
-    for name in kept[0]:
-        if name in ("t_s", "recovering"):
-            continue
-        y = np.array([r.get(name, np.nan) for r in kept], dtype=float)
-        ok = ~np.isnan(y)
-        if ok.sum() < 10 or np.allclose(y[ok], 0):
-            continue
-        slope, _ = np.polyfit(t_h[ok], y[ok], 1)
-        median = float(np.median(y[ok]))
-        first, last = y[ok][:tenth], y[ok][-tenth:]
-        out[name] = {
-            "first_tenth": float(np.median(first)),
-            "last_tenth": float(np.median(last)),
-            "slope_per_h": float(slope),
-            "slope_pct_per_h": float(100 * slope / median) if median else float("nan"),
-            "at_30_days": float(np.median(last) + slope * (30 * 24 - run_s / 3600)),
-        }
-    return out
 
 
 def plot(rows: list[dict[str, float]], faults: list[FaultRecord], path: Path) -> None:

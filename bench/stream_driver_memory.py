@@ -19,7 +19,6 @@ import gc
 import json
 import multiprocessing
 import os
-import statistics
 import tempfile
 import threading
 import time
@@ -30,7 +29,7 @@ from typing import Any
 import click
 import psutil
 import pyarrow as pa
-from common import kafka, wait_for, write_figures
+from common import drift, kafka, wait_for, write_figures
 
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic
@@ -81,23 +80,6 @@ def _thread_names() -> dict[str, int]:
 def _batches(progress: Path) -> int:
     files = progress.parent.glob(progress.name + "*")  # the rotated files too
     return sum(1 for f in files for _ in f.open(encoding="utf-8"))
-
-
-def _slope_per_hour(samples: list[dict[str, float]], key: str) -> float:
-    """Least-squares slope of key against time, per hour."""
-    xs = [s["t"] / 3600 for s in samples]
-    ys = [s[key] for s in samples]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    var = sum((x - mx) ** 2 for x in xs)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var if var else 0.0
-
-
-def _tenths(samples: list[dict[str, float]], key: str) -> tuple[float, float]:
-    n = max(1, len(samples) // 10)
-    return (
-        statistics.median(s[key] for s in samples[:n]),
-        statistics.median(s[key] for s in samples[-n:]),
-    )
 
 
 SERIES = {
@@ -159,7 +141,7 @@ def main(
             gc.collect()
             t = time.monotonic() - started
             sample = {
-                "t": t,
+                "t_s": t,
                 "batches": float(_batches(progress)),
                 "rss_mb": me.memory_info().rss / 2**20,
                 "traced_mb": tracemalloc.get_traced_memory()[0] / 2**20,
@@ -179,19 +161,21 @@ def main(
         producer.terminate()
     if failure:
         raise failure[0]
-    settled = [s for s in samples if s["t"] >= warm_up_minutes * 60]
+    settled = [s for s in samples if s["t_s"] >= warm_up_minutes * 60]
     batches = settled[-1]["batches"] - settled[0]["batches"]
-    hours = (settled[-1]["t"] - settled[0]["t"]) / 3600
+    hours = (settled[-1]["t_s"] - settled[0]["t_s"]) / 3600
     figures: dict[str, Any] = {"rate": rate, "minutes": minutes, "batches_settled": batches}
     print(f"\n{batches:,.0f} micro-batches in {hours * 60:.1f} settled minutes at {rate:.0f}/s")
+    drifts = drift(samples, warm_up_minutes * 60, minutes * 60)
     for key, what in SERIES.items():
-        first, final = _tenths(settled, key)
-        slope = _slope_per_hour(settled, key)
-        per_k = slope * hours / batches * 1000 if batches else float("nan")
-        pct = 100 * slope / first if first else float("nan")
-        figures[key] = {"first": first, "last": final, "slope_per_h": slope, "per_1000": per_k}
+        if key not in drifts:  # fewer than 10 samples, or zero throughout
+            continue
+        d = drifts[key]
+        per_k = d["slope_per_h"] * hours / batches * 1000 if batches else float("nan")
+        figures[key] = d | {"per_1000_batches": per_k}
         print(
-            f"{what}: {first:,.1f} -> {final:,.1f}; {slope:+,.2f}/h ({pct:+.1f} %/h), "
+            f"{what}: {d['first_tenth']:,.1f} -> {d['last_tenth']:,.1f}; "
+            f"{d['slope_per_h']:+,.2f}/h ({d['slope_pct_per_h']:+.1f} %/h), "
             f"{per_k:+,.3f} per 1,000 batches"
         )
     figures["threads_by_name"] = threads_at_end
