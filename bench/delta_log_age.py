@@ -1,13 +1,14 @@
 """The stream's commit path on a Delta log that 30 days of a stream leave (issue 38).
 
 Grows a call_events table's `_delta_log` directly to what 30 days of a stream's commits leave
-under the table settings tidelake ships, then times N commits through the stream's own commit
-path (`streaming/delta/commit.py` `commit_files`: one file, one application transaction a
-commit) on a new table and on the 30-day one, on local disk and on the local S3 server, and
-prints median and p95 of each and the ratio aged/new (target: <= 1.2x on both stores). It also
-times the log upkeep on the aged log (`upkeep_log`: the checkpoint, then the expired-log
-cleanup) and, with --before-commits, the commit path as it was before issue 38 (the table kept
-open with its file list, delta-rs's default post-commit hooks) on the same tables.
+under the table settings tidelake ships, then times N batches' commits as the stream makes them
+(`streaming/delta/commit.py`: the replay check `batch_recorded`, then `commit_files` with one
+file and one application transaction) on a new table and on the 30-day one in turns, on local
+disk and on the local S3 server, and prints median and p95 of each and the ratio aged/new
+(target: <= 1.2x on both stores). It also times the log upkeep on the aged log (`upkeep_log`:
+the checkpoint, then the expired-log cleanup) and, with --before-commits, the commit path as it
+was before issue 38 (the table kept open with its file list, delta-rs's default post-commit
+hooks) on the same tables.
 
 How the 30-day log is grown, quickly and in Delta's own format: the table is created by tidelake
 (its schema, its properties); one commit then holds what the 30 days before the retained window
@@ -50,7 +51,7 @@ from deltalake.transaction import AddAction, CommitProperties, Transaction
 from tidelake.platform.local.s3_server import LocalS3Server
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.delta import commit as delta_commit
-from tidelake.streaming.delta.commit import commit_files
+from tidelake.streaming.delta.commit import batch_recorded, commit_files
 from tidelake.streaming.delta.evolution import contract_schema, evolve_table
 from tidelake.streaming.delta.files import DataFile, write_arrow_files
 from tidelake.streaming.delta.maintenance import upkeep_log
@@ -382,17 +383,25 @@ def grow_aged_log(uri: str, shape: StreamShape, sample: DataFile, now_s: float) 
 
 
 def time_commits(
-    uri: str, first_batch: int, commits: int, commit: Callable[[str, list[DataFile], int], None]
-) -> dict:
-    """Times `commits` commits of one small real file each; the first (opening the table)
-    apart."""
+    tables: dict[str, tuple[str, int]],
+    commits: int,
+    commit: Callable[[str, list[DataFile], int], None],
+) -> dict[str, dict]:
+    """Times `commits` commits of one small real file each on every table (name -> uri and its
+    first batch), in turns, so that each table's commits see the same load on the machine; the
+    first (opening the table) apart."""
     day = datetime.now(UTC).date()
-    times: list[float] = []
+    times: dict[str, list[float]] = {name: [] for name in tables}
     for n in range(commits + 1):
-        files = write_arrow_files(stream_rows(20, day, first_batch + n), uri, "date", f"b{n}")
-        started = time.perf_counter()
-        commit(uri, files, first_batch + n)
-        times.append(time.perf_counter() - started)
+        for name, (uri, first_batch) in tables.items():
+            files = write_arrow_files(stream_rows(20, day, first_batch + n), uri, "date", f"b{n}")
+            started = time.perf_counter()
+            commit(uri, files, first_batch + n)
+            times[name].append(time.perf_counter() - started)
+    return {name: _commit_figures(t, commits) for name, t in times.items()}
+
+
+def _commit_figures(times: list[float], commits: int) -> dict:
     steady = sorted(times[1:])
     return {
         "open_and_first_ms": times[0] * 1000,
@@ -404,6 +413,10 @@ def time_commits(
 
 
 def stream_commit(uri: str, files: list[DataFile], batch: int) -> None:
+    """What a micro-batch does with the table (delta/write.py): asks whether the batch is
+    recorded already (a replay), then commits it."""
+    if batch_recorded(uri, APP_ID, batch):
+        raise RuntimeError(f"batch {batch} is recorded already: the probe's batches are new")
     commit_files(
         uri, files, schema=contract_schema(CALL_EVENTS), partition_by=["date"],
         app_id=APP_ID, version=batch,
@@ -447,8 +460,11 @@ def measure_store(
     evolve_table(CALL_EVENTS, new_uri)
     result = {
         "aged_log": aged,
-        "new": time_commits(new_uri, 0, commits, stream_commit),
-        "aged": time_commits(aged_uri, aged["last_batch"] + 1, commits, stream_commit),
+        **time_commits(
+            {"new": (new_uri, 0), "aged": (aged_uri, aged["last_batch"] + 1)},
+            commits,
+            stream_commit,
+        ),
     }
     upkeep = upkeep_log(aged_uri)
     result["upkeep"] = {
@@ -459,10 +475,15 @@ def measure_store(
     }
     if before_commits:
         delta_commit._open_tables.clear()
-        result["before_new"] = time_commits(new_uri, commits + 1, before_commits, before_commit)
-        result["before_aged"] = time_commits(
-            aged_uri, aged["last_batch"] + commits + 2, before_commits, before_commit
+        before = time_commits(
+            {
+                "new": (new_uri, commits + 1),
+                "aged": (aged_uri, aged["last_batch"] + commits + 2),
+            },
+            before_commits,
+            before_commit,
         )
+        result["before_new"], result["before_aged"] = before["new"], before["aged"]
     return result
 
 

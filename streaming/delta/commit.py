@@ -91,16 +91,15 @@ def _latest(table_uri: str) -> DeltaTable:
 def _open_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str]) -> DeltaTable:
     """The kept-open table, checked (or created) once for this schema and layout.
 
-    Not brought up to date here: the batch's `table_transaction` did that an instant ago, and
-    each commit updates it after itself. A commit on an older snapshot is still safe: delta-rs
-    checks it against the commits it missed (a commit of the same application transaction
-    fails it, and the retry below reloads and skips the batch). On local disk every update
-    lists the whole `_delta_log` (object_store's LocalFileSystem), so one fewer counts.
+    Not brought up to date here: each commit updates it after itself. A commit on an older
+    snapshot is still safe: delta-rs checks it against the commits it missed (a commit of the
+    same application transaction fails it, and the retry below reloads and skips the batch).
+    On local disk every update lists the whole `_delta_log` (object_store's LocalFileSystem),
+    so one fewer counts.
     """
     key = _table_key(table_uri, schema, partition_by)
     if key not in _checked:
         ensure_table(table_uri, schema, partition_by)
-        _open_tables.pop(table_uri, None)
         _checked.add(key)
     table = _open_tables.get(table_uri)
     return table if table is not None else _latest(table_uri)
@@ -148,7 +147,12 @@ def apply_table_properties(table: DeltaTable) -> dict[str, str]:
 
 def ensure_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str]) -> DeltaTable:
     """Open the table, creating it empty if missing, with tidelake's table properties; refuse a
-    schema or layout mismatch."""
+    schema or layout mismatch.
+
+    A query calls it as it starts, so this process's kept-open snapshot of the table is dropped
+    here and its first batch reads the latest: a table restored from an older copy meanwhile
+    is not committed to as of the snapshot it no longer has."""
+    _open_tables.pop(table_uri, None)
     try:
         table = open_table(table_uri)
     except TableNotFoundError:
@@ -189,6 +193,24 @@ def _base_type(t: pa.DataType) -> pa.DataType:
     if pa.types.is_struct(t):
         return pa.struct([pa.field(f.name, _base_type(f.type)) for f in t])
     return t
+
+
+def batch_recorded(table_uri: str, app_id: str, version: int) -> bool:
+    """Whether the table records batch `version` of the stream `app_id` (a replay), as the
+    snapshot this process keeps open says, without bringing it up to date (opened if none).
+
+    That snapshot holds every batch this process committed (each commit updates it after
+    itself), and a process that starts opens the latest. A batch it cannot see (a zombie
+    driver's commit of the same batch) is caught by the commit instead: delta-rs fails a commit
+    whose application transaction another writer recorded since its snapshot, and commit_files
+    tries again on the latest snapshot, which skips it. On local disk every update lists the
+    whole `_delta_log`: one fewer a batch (docs/benchmarks.md, issue 38)."""
+    table = _open_tables.get(table_uri)
+    try:
+        done = (table or _latest(table_uri)).transaction_version(app_id)
+    except TableNotFoundError:
+        return False
+    return _holds(done, version)
 
 
 def table_transaction(table_uri: str, app_id: str) -> int | None:
@@ -310,10 +332,15 @@ def append_rows_once(
 
 def _committed_already(done: int | None, table_uri: str, app_id: str, version: int) -> bool:
     """Whether the table's app transaction `done` already holds batch `version` (a replay)."""
-    if done is not None and done >= version:
+    if _holds(done, version):
         log.info("%s: batch %s of %s already committed, skipping", table_uri, version, app_id)
         return True
     return False
+
+
+def _holds(done: int | None, version: int) -> bool:
+    """Whether an application transaction at `done` holds batch `version`."""
+    return done is not None and done >= version
 
 
 def _batch_commit(app_id: str, version: int) -> CommitProperties:

@@ -33,7 +33,7 @@ from pyspark.sql import Column, DataFrame, Observation, Row
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from tidelake.streaming.delta.commit import commit_files, ensure_table, table_transaction
+from tidelake.streaming.delta.commit import batch_recorded, commit_files, ensure_table
 from tidelake.streaming.delta.evolution import evolve_table
 from tidelake.streaming.delta.files import write_arrow_files, write_data_files
 from tidelake.streaming.errors import TidelakeError
@@ -118,7 +118,7 @@ class MicroBatchWriter:
 
     def _write(self, batch: DataFrame, batch_id: int) -> None:
         txn = self.app_id()
-        if _holds(self.table_uri, txn, batch_id):
+        if batch_recorded(self.table_uri, txn, batch_id):
             log.info("%s: batch %s already committed, skipping", self.table_uri, batch_id)
             # the replayed batch must still run to its end: its deduplication state is committed
             # by its tasks, and Spark refuses to go on (STATE_STORE_COMMIT_VALIDATION_FAILED) if
@@ -147,7 +147,7 @@ class MicroBatchWriter:
                 "decoder did not know; nothing of it was committed"
             )
         # quarantine first: once the main table records a batch, all of it is written
-        if refused_rows and not _holds(self.quarantine_uri, txn, batch_id):
+        if refused_rows and not batch_recorded(self.quarantine_uri, txn, batch_id):
             started = time.perf_counter()
             schema = shapes.quarantine_schema
             commit_files(
@@ -218,11 +218,6 @@ _TIMED_BATCHES = 256
 
 def _ms_since(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 1)
-
-
-def _holds(uri: str, txn_app_id: str, txn_version: int) -> bool:
-    done = table_transaction(uri, txn_app_id)
-    return done is not None and done >= txn_version
 
 
 def _refused_struct(rows: DataFrame, flow: FlowSpec) -> Column:

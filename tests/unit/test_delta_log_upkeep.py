@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -14,7 +15,13 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from tidelake.streaming.delta.commit import commit_files, table_transaction
+from tidelake.streaming.delta import commit
+from tidelake.streaming.delta.commit import (
+    batch_recorded,
+    commit_files,
+    ensure_table,
+    table_transaction,
+)
 from tidelake.streaming.delta.files import write_arrow_files
 from tidelake.streaming.delta.maintenance import upkeep_log
 from tidelake.streaming.delta.tables import open_table
@@ -91,7 +98,6 @@ def test_stream_commits_leave_expired_entries_and_the_upkeep_cuts_them(
 def test_the_stream_checkpoints_its_table_every_interval(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tidelake.streaming.delta.commit as commit
     import tidelake.streaming.settings as settings
 
     for module in (commit, settings):
@@ -111,8 +117,45 @@ def test_a_replayed_batch_is_skipped_on_the_kept_open_table(tmp_path: Path) -> N
     uri = str(tmp_path / "events")
     commit_batch(uri, 1)
     commit_batch(uri, 2)
+    assert batch_recorded(uri, "app", 2) and not batch_recorded(uri, "app", 3)
     commit_batch(uri, 2)  # Spark replays a batch: recorded already, nothing committed
     assert sorted(open_table(uri).to_pyarrow_table()["n"].to_pylist()) == [1, 2]
+
+
+def test_the_batch_check_reads_the_kept_open_snapshot_without_listing_the_log(
+    tmp_path: Path,
+) -> None:
+    """Another writer's commit (here compaction's stand-in, an append of its own) is not seen by
+    the check until this process commits again: the check costs no listing of `_delta_log`."""
+    uri = str(tmp_path / "events")
+    commit_batch(uri, 1)
+    write_deltalake(uri, pa.table({"n": [100], "date": [DAY]}, schema=SCHEMA), mode="append")
+    assert commit._open_tables[uri].version() == 1
+    assert not batch_recorded(uri, "app", 2)
+    assert commit._open_tables[uri].version() == 1
+    commit_batch(uri, 2)
+    assert commit._open_tables[uri].version() == 3
+    assert sorted(open_table(uri).to_pyarrow_table()["n"].to_pylist()) == [1, 2, 100]
+
+
+def test_a_query_that_starts_commits_to_a_table_restored_from_an_older_copy(
+    tmp_path: Path,
+) -> None:
+    """The kept-open snapshot is ahead of a restored copy; the query's start (ensure_table)
+    drops it, so the next batch commits to the table as it is now."""
+    uri, copy = tmp_path / "events", tmp_path / "copy"
+    commit_batch(str(uri), 1)
+    shutil.copytree(uri, copy)
+    commit_batch(str(uri), 2)
+    commit_batch(str(uri), 3)
+    shutil.rmtree(uri)
+    shutil.copytree(copy, uri)
+    ensure_table(str(uri), SCHEMA, ["date"])
+    assert not batch_recorded(str(uri), "app", 2)
+    commit_batch(str(uri), 2)
+    table = open_table(str(uri))
+    assert sorted(table.to_pyarrow_table()["n"].to_pylist()) == [1, 2]
+    assert table.transaction_version("app") == 2
 
 
 @pytest.mark.parametrize(
