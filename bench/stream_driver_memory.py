@@ -10,7 +10,10 @@ At the end it prints, after the warm-up, the first-tenth and last-tenth medians 
 of each series per hour and per 1,000 batches, and the Python allocations that grew most
 between a snapshot after the warm-up and the last one.
 
-    python bench/stream_driver_memory.py --minutes 20 --rate 200
+With --store s3 the lake and the checkpoints are on the local S3 server (SeaweedFS): delta-rs
+then reads the table's log over HTTP, not through tokio's blocking pool as on local disk.
+
+    python bench/stream_driver_memory.py --minutes 20 --rate 200 [--store s3]
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import tempfile
 import threading
 import time
 import tracemalloc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +36,7 @@ import psutil
 import pyarrow as pa
 from common import drift, kafka, wait_for, write_figures
 
+from tidelake.platform.local.s3_server import LocalS3Server
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic
 
@@ -82,6 +88,22 @@ def _batches(progress: Path) -> int:
     return sum(1 for f in files for _ in f.open(encoding="utf-8"))
 
 
+@contextmanager
+def _stores(store: str, work: Path) -> Iterator[dict[str, str]]:
+    """The stream's lake and checkpoints (and the S3 server's settings) as environment."""
+    if store == "local":
+        yield {
+            "TIDELAKE_LAKE": str(work / "lake"),
+            "TIDELAKE_CHECKPOINTS": str(work / "checkpoints"),
+        }
+        return
+    with LocalS3Server() as s3:
+        yield s3.env() | {
+            "TIDELAKE_LAKE": s3.uri("lake"),
+            "TIDELAKE_CHECKPOINTS": s3.uri("checkpoints"),
+        }
+
+
 SERIES = {
     "rss_mb": "the driver's RSS (MB)",
     "traced_mb": "Python's allocations, tracemalloc (MB)",
@@ -98,19 +120,26 @@ SERIES = {
 @click.option("--rate", type=click.FloatRange(min=1), default=200.0, show_default=True)
 @click.option("--sample-s", type=click.FloatRange(min=1), default=10.0, show_default=True)
 @click.option("--top", type=click.IntRange(min=1), default=12, show_default=True)
+@click.option("--store", type=click.Choice(["local", "s3"]), default="local", show_default=True)
 @click.option("--out", type=click.Path(path_type=Path))
 def main(
-    minutes: float, warm_up_minutes: float, rate: float, sample_s: float, top: int, out: Path | None
+    minutes: float,
+    warm_up_minutes: float,
+    rate: float,
+    sample_s: float,
+    top: int,
+    store: str,
+    out: Path | None,
 ) -> None:
     tracemalloc.start(8)
     me = psutil.Process()
-    with kafka() as conf, tempfile.TemporaryDirectory(prefix="tidelake-driver-") as tmp:
+    with (
+        kafka() as conf,
+        tempfile.TemporaryDirectory(prefix="tidelake-driver-") as tmp,
+        _stores(store, Path(tmp)) as store_env,
+    ):
         work = Path(tmp)
-        os.environ |= {
-            "TIDELAKE_LAKE": str(work / "lake"),
-            "TIDELAKE_CHECKPOINTS": str(work / "checkpoints"),
-            "TIDELAKE_PROGRESS_LOG": str(work / "progress"),
-        }
+        os.environ |= store_env | {"TIDELAKE_PROGRESS_LOG": str(work / "progress")}
         from tidelake.streaming.settings import load_engine_settings
         from tidelake.streaming.stream.runner import run_flow_stream
 
@@ -164,8 +193,16 @@ def main(
     settled = [s for s in samples if s["t_s"] >= warm_up_minutes * 60]
     batches = settled[-1]["batches"] - settled[0]["batches"]
     hours = (settled[-1]["t_s"] - settled[0]["t_s"]) / 3600
-    figures: dict[str, Any] = {"rate": rate, "minutes": minutes, "batches_settled": batches}
-    print(f"\n{batches:,.0f} micro-batches in {hours * 60:.1f} settled minutes at {rate:.0f}/s")
+    figures: dict[str, Any] = {
+        "rate": rate,
+        "minutes": minutes,
+        "store": store,
+        "batches_settled": batches,
+    }
+    print(
+        f"\n{batches:,.0f} micro-batches in {hours * 60:.1f} settled minutes at {rate:.0f}/s, "
+        f"lake on {store}"
+    )
     drifts = drift(samples, warm_up_minutes * 60, minutes * 60)
     for key, what in SERIES.items():
         if key not in drifts:  # fewer than 10 samples, or zero throughout

@@ -38,6 +38,10 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     ),
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    # what the checkpoint keeps to recover from (a restart needs the last batch): Spark's 100
+    # batches keep the RocksDB snapshots whose SST files compaction has since replaced, 3.7x
+    # the live state's files; 20 keep 2.0x (bench/soak.py, docs/benchmarks.md, issue 38)
+    "spark.sql.streaming.minBatchesToRetain": "20",
     # counting rows makes every state write read its key first (measured when it was turned
     # off: 200k deduplicated rows took 4.5 s with it on); the count is only a metric
     "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false",
