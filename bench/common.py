@@ -1,5 +1,5 @@
-"""Shared pieces of the benchmarks: a broker, the process-tree sampler, Delta commit times, the
-drift of sampled series."""
+"""Shared pieces of the benchmarks: a broker, a lake on local disk or S3, the process-tree
+sampler, Delta commit times, the drift of sampled series."""
 
 from __future__ import annotations
 
@@ -16,8 +16,27 @@ import numpy as np
 import psutil
 
 from tidelake.platform.local.kafka_broker import LocalKafkaBroker
+from tidelake.platform.local.s3_server import LocalS3Server
 from tidelake.streaming.settings import kafka_client_config
 from tidelake.streaming.storage.location import Location
+
+
+@contextmanager
+def lake_env(store: str, work: Path) -> Iterator[dict[str, str]]:
+    """TIDELAKE_LAKE and TIDELAKE_CHECKPOINTS under `work` on local disk ("local"), or under a
+    prefix of work's name on a local S3 server started for the block ("s3", with the server's
+    AWS settings)."""
+    if store == "local":
+        yield {
+            "TIDELAKE_LAKE": str(work / "lake"),
+            "TIDELAKE_CHECKPOINTS": str(work / "checkpoints"),
+        }
+        return
+    with LocalS3Server() as s3:
+        yield s3.env() | {
+            "TIDELAKE_LAKE": s3.uri(work.name, "lake"),
+            "TIDELAKE_CHECKPOINTS": s3.uri(work.name, "checkpoints"),
+        }
 
 
 @contextmanager

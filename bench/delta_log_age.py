@@ -36,19 +36,17 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import click
 import pyarrow as pa
-from common import write_figures
+from common import lake_env, write_figures
 from deltalake.transaction import AddAction, CommitProperties, Transaction
 
-from tidelake.platform.local.s3_server import LocalS3Server
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.delta import commit as delta_commit
 from tidelake.streaming.delta.commit import batch_recorded, commit_files
@@ -487,16 +485,6 @@ def measure_store(
     return result
 
 
-@contextmanager
-def store_lake(store: str, tmp: Path) -> Iterator[str]:
-    if store == "local":
-        yield str(tmp / "lake")
-        return
-    with LocalS3Server() as s3:
-        os.environ.update(s3.env())
-        yield s3.uri(tmp.name, "lake")
-
-
 def report(name: str, f: dict) -> None:
     """Print one store's figures."""
     a, n, u = f["aged"], f["new"], f["upkeep"]
@@ -580,7 +568,9 @@ def main(
     )
     with tempfile.TemporaryDirectory(prefix="tidelake-bench-log-") as tmp:
         for name in stores:
-            with store_lake(name, Path(tmp) / name) as lake:
+            with lake_env(name, Path(tmp) / name) as env:
+                os.environ.update(env)  # this process reads and writes the tables
+                lake = env["TIDELAKE_LAKE"]
                 figures[name] = measure_store(name, lake, shape, commits, before_commits)
             report(name, figures[name])
             write_figures(out, figures)

@@ -26,17 +26,14 @@ import tempfile
 import threading
 import time
 import tracemalloc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
 import psutil
 import pyarrow as pa
-from common import drift, kafka, wait_for, write_figures
+from common import drift, kafka, lake_env, wait_for, write_figures
 
-from tidelake.platform.local.s3_server import LocalS3Server
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic
 
@@ -88,22 +85,6 @@ def _batches(progress: Path) -> int:
     return sum(1 for f in files for _ in f.open(encoding="utf-8"))
 
 
-@contextmanager
-def _stores(store: str, work: Path) -> Iterator[dict[str, str]]:
-    """The stream's lake and checkpoints (and the S3 server's settings) as environment."""
-    if store == "local":
-        yield {
-            "TIDELAKE_LAKE": str(work / "lake"),
-            "TIDELAKE_CHECKPOINTS": str(work / "checkpoints"),
-        }
-        return
-    with LocalS3Server() as s3:
-        yield s3.env() | {
-            "TIDELAKE_LAKE": s3.uri("lake"),
-            "TIDELAKE_CHECKPOINTS": s3.uri("checkpoints"),
-        }
-
-
 SERIES = {
     "rss_mb": "the driver's RSS (MB)",
     "traced_mb": "Python's allocations, tracemalloc (MB)",
@@ -136,7 +117,7 @@ def main(
     with (
         kafka() as conf,
         tempfile.TemporaryDirectory(prefix="tidelake-driver-") as tmp,
-        _stores(store, Path(tmp)) as store_env,
+        lake_env(store, Path(tmp)) as store_env,
     ):
         work = Path(tmp)
         os.environ |= store_env | {"TIDELAKE_PROGRESS_LOG": str(work / "progress")}
