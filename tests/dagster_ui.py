@@ -23,6 +23,9 @@ SCREENSHOTS = REPO / "test-results" / "screenshots"
 CHROMIUM = Path(os.environ.get("TIDELAKE_CHROMIUM", "/usr/bin/chromium"))
 INSTALL_HINT = "install it with `sudo apt-get install chromium` (Debian) or run .ci/run"
 _CREATED = re.compile(r"Created backfill\s*([a-z0-9]+)")
+# the range input's placeholder once the keys have loaded ("Loading partition keys..." before);
+# the dialog's first <input> is not it while the partitions section loads (a checkbox below was)
+_PARTITION_KEYS_LOADED = re.compile(r"^ex: ")
 
 
 def require_chromium() -> Path:
@@ -64,7 +67,7 @@ class DagsterUI:
         self.page.get_by_role("button", name="Materialize").first.click()
         dialog = self.page.get_by_role("dialog")
         dialog.get_by_role("button", name="Custom").click()
-        partitions = dialog.locator("input").first
+        partitions = dialog.get_by_placeholder(_PARTITION_KEYS_LOADED)
         partitions.fill(f"[{first}...{last}]")
         partitions.press("Enter")
         launch = dialog.get_by_role("button", name="Launch backfill")
