@@ -189,10 +189,14 @@ def _start_and_stop(
 
 @pytest.mark.parametrize("name", sorted(LOCAL_SERVICES))
 def test_a_local_service_stops_on_ctrl_c_and_sigterm(
-    name: str, kafka_conf: dict[str, Any], tmp_path: Path
+    name: str, kafka_conf: dict[str, Any], tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """A terminal's Ctrl-C while it starts, a service manager's SIGTERM to the group once it
     runs: the group's members get the signal too, which is where a stop goes wrong."""
+    if name == "serve":
+        # the ingest service refuses a topic with fewer partitions than the flow declares, as a
+        # client still reading after an earlier test deleted it can auto-create it
+        request.getfixturevalue("call_events_topic")
     bootstrap = kafka_conf["bootstrap.servers"]
     _start_and_stop(name, signal.SIGINT, "group", True, bootstrap, tmp_path)
     _start_and_stop(name, signal.SIGTERM, "group", False, bootstrap, tmp_path)
