@@ -187,26 +187,30 @@ def _start_and_stop(
     command.stop(sig, to)
 
 
-@pytest.mark.parametrize("name", sorted(LOCAL_SERVICES))
+@pytest.fixture(params=sorted(LOCAL_SERVICES))
+def local_service(request: pytest.FixtureRequest) -> str:
+    """A local service's name. The ingest service gets the call_events topic made anew: it
+    refuses a topic with fewer partitions than the flow declares, and a client still reading
+    after an earlier test deleted the topic can auto-create it with one."""
+    if request.param == "serve":
+        request.getfixturevalue("call_events_topic")
+    return str(request.param)
+
+
 def test_a_local_service_stops_on_ctrl_c_and_sigterm(
-    name: str, kafka_conf: dict[str, Any], tmp_path: Path, request: pytest.FixtureRequest
+    local_service: str, kafka_conf: dict[str, Any], tmp_path: Path
 ) -> None:
     """A terminal's Ctrl-C while it starts, a service manager's SIGTERM to the group once it
     runs: the group's members get the signal too, which is where a stop goes wrong."""
-    if name == "serve":
-        # the ingest service refuses a topic with fewer partitions than the flow declares, as a
-        # client still reading after an earlier test deleted it can auto-create it
-        request.getfixturevalue("call_events_topic")
     bootstrap = kafka_conf["bootstrap.servers"]
-    _start_and_stop(name, signal.SIGINT, "group", True, bootstrap, tmp_path)
-    _start_and_stop(name, signal.SIGTERM, "group", False, bootstrap, tmp_path)
+    _start_and_stop(local_service, signal.SIGINT, "group", True, bootstrap, tmp_path)
+    _start_and_stop(local_service, signal.SIGTERM, "group", False, bootstrap, tmp_path)
 
 
 @pytest.mark.faults  # the group's SIGTERM above covers the process's own handler
-@pytest.mark.parametrize("name", sorted(LOCAL_SERVICES))
 def test_a_local_service_stops_on_a_sigterm_to_itself(
-    name: str, kafka_conf: dict[str, Any], tmp_path: Path
+    local_service: str, kafka_conf: dict[str, Any], tmp_path: Path
 ) -> None:
     _start_and_stop(
-        name, signal.SIGTERM, "process", False, kafka_conf["bootstrap.servers"], tmp_path
+        local_service, signal.SIGTERM, "process", False, kafka_conf["bootstrap.servers"], tmp_path
     )
