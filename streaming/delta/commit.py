@@ -7,16 +7,17 @@ exactly-once in the table. delta-rs validates almost nothing about added files, 
 `validate_files` does: files exist with the stated size, sit inside the table, and carry
 exactly the table's partition values.
 
-What a commit costs must not grow with the table's age (issue 38): the table a stream commits
-to stays open in this process without its file list (a snapshot of metadata and application
-transactions: with the list, every commit and every update rebuilt it), and its commits run no
-post-commit hook. The stream checkpoints that snapshot itself every `delta.checkpointInterval`
-versions (a streamed checkpoint, a fraction of a second, where delta-rs's hook on a snapshot
-with files replays and holds them all; without a recent checkpoint each update re-reads every
-commit since the last one). The expired-log cleanup, which lists the whole `_delta_log`, is left
-to the log upkeep (delta/maintenance.py `upkeep_log`, an hourly Dagster schedule), which cuts the
-log to the retention that tidelake sets on every table it creates or streams into
-(`TIDELAKE_DELTA_LOG_RETENTION`).
+What a commit costs must not grow with the table's age (issue 38). The table a stream commits
+to stays open in this process without its file list (`StreamedTable`: a snapshot of metadata and
+application transactions; with the list, every commit and every update rebuilt it), and a batch
+is appended as the next version of the log by name (delta/log_append.py), without the two
+listings of `_delta_log` that delta-rs makes for each commit (on local disk each walks the whole
+folder). The snapshot is read again, one listing, when the stream checkpoints the table (every
+`delta.checkpointInterval` versions: a streamed checkpoint, a fraction of a second, where
+delta-rs's hook on a snapshot with files replays and holds them all) and when it is older than
+`REREAD_AFTER_S`. The expired-log cleanup is left to the log upkeep (delta/maintenance.py
+`upkeep_log`, an hourly Dagster schedule), which cuts the log to the retention that tidelake sets
+on every table it creates or streams into (`TIDELAKE_DELTA_LOG_RETENTION`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -38,6 +39,7 @@ from deltalake.transaction import (
     Transaction,
 )
 
+from tidelake.streaming.delta import log_append
 from tidelake.streaming.delta.commit_races import retry_lost_commits
 from tidelake.streaming.delta.files import DataFile
 from tidelake.streaming.delta.tables import open_table, write_table
@@ -63,16 +65,104 @@ class CommitResult:
 
 
 STREAM_COMMIT_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
-"""A stream's commits run no post-commit hook: commit_files checkpoints by itself, the log upkeep
-deletes expired entries (the cleanup lists the whole `_delta_log`)."""
+"""Commits through delta-rs on a stream's table run no post-commit hook: the stream checkpoints
+by itself, the log upkeep deletes expired entries (the cleanup lists the whole `_delta_log`)."""
 
-_open_tables: dict[str, DeltaTable] = {}
+REREAD_AFTER_S = 300.0
+"""How old a kept-open snapshot may be when a batch appends after it. The log upkeep deletes
+only entries older than the log retention (1 hour at least, settings.py), so a version created
+since the snapshot was read is still there to refuse an append at its number."""
+
+LOST_RACES_AT_MOST = 1_000
+"""Versions taken by other writers that one append reads past before it gives up."""
+
+
+@dataclass
+class StreamedTable:
+    """A table this process streams into: delta-rs's snapshot as last read (without its file
+    list), and what the log holds after it that this process appended or read by name."""
+
+    table_uri: str
+    snapshot: DeltaTable
+    version: int = -1
+    transactions: dict[str, int] = field(default_factory=dict)
+    read_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._read()
+
+    def transaction_version(self, app_id: str) -> int | None:
+        """The newest batch of `app_id` the table holds, as far as this process knows."""
+        known = (self.transactions.get(app_id), self.snapshot.transaction_version(app_id))
+        return max((v for v in known if v is not None), default=None)
+
+    def reread(self) -> None:
+        """Bring the snapshot up to date: one listing of `_delta_log` from its version."""
+        self.snapshot.update_incremental()
+        self._read()
+
+    def reread_if_old(self) -> None:
+        if time.monotonic() - self.read_at > REREAD_AFTER_S:
+            self.reread()
+
+    def _read(self) -> None:
+        _require_blind_appends(self.snapshot)
+        self.version = self.snapshot.version()
+        self.transactions.clear()
+        self.read_at = time.monotonic()
+
+    def append(self, entry: bytes, app_id: str, batch: int) -> bool:
+        """Create the next version with `entry`, batch `batch` of `app_id`; False if another
+        writer created it first, whose version this process then reads (see read_winners)."""
+        if log_append.put_entry(self.table_uri, self.version + 1, entry):
+            self.version += 1
+            self.transactions[app_id] = batch
+            return True
+        self.read_winners()
+        return False
+
+    def read_winners(self) -> None:
+        """Read the versions after this process's by name, up to the first that does not exist:
+        their application transactions, protocol and metadata changes (a new snapshot then)."""
+        metadata_changed = False
+        known = self.version
+        while (actions := log_append.read_entry(self.table_uri, self.version + 1)) is not None:
+            self.version += 1
+            for action in actions:
+                if "txn" in action:
+                    txn = action["txn"]
+                    done = self.transactions.get(txn["appId"], -1)
+                    self.transactions[txn["appId"]] = max(done, int(txn["version"]))
+                elif "protocol" in action:
+                    log_append.require_blind_appends(action["protocol"], self.table_uri)
+                elif "metaData" in action:
+                    metadata_changed = True
+        if metadata_changed or self.version == known:  # or the version went before it was read
+            self.reread()
+
+    def checkpoint_interval(self) -> int:
+        configuration = self.snapshot.metadata().configuration
+        return int(configuration.get("delta.checkpointInterval", DELTA_CHECKPOINT_INTERVAL))
+
+
+def _require_blind_appends(table: DeltaTable) -> None:
+    protocol = table.protocol()
+    log_append.require_blind_appends(
+        {
+            "minWriterVersion": protocol.min_writer_version,
+            "writerFeatures": protocol.writer_features,
+        },
+        table.table_uri,
+    )
+
+
+_open_tables: dict[str, StreamedTable] = {}
 _checked: set[tuple[str, pa.Schema, tuple[str, ...]]] = set()
 
 
-def _latest(table_uri: str) -> DeltaTable:
-    """The table at its latest version without its file list, kept open across batches in this
-    process (raises TableNotFoundError if none).
+def _latest(table_uri: str) -> StreamedTable:
+    """The table at its latest version, kept open across batches in this process (raises
+    TableNotFoundError if none).
 
     Spark's sink commit runner lives as long as the query; reopening the table each batch
     replayed its log since the last checkpoint, catching up incrementally costs a few ms.
@@ -80,23 +170,22 @@ def _latest(table_uri: str) -> DeltaTable:
     table = _open_tables.get(table_uri)
     if table is not None:
         try:
-            table.update_incremental()
+            table.reread()
             return table
         except DeltaError:  # the table was replaced under us (restored from a copy): reopen
             log.warning("%s changed under the open snapshot; reopening it", table_uri)
-    table = _open_tables[table_uri] = open_table(table_uri, without_files=True)
+    return _reopen(table_uri)
+
+
+def _reopen(table_uri: str) -> StreamedTable:
+    table = StreamedTable(table_uri, open_table(table_uri, without_files=True))
+    _open_tables[table_uri] = table
     return table
 
 
-def _open_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str]) -> DeltaTable:
-    """The kept-open table, checked (or created) once for this schema and layout.
-
-    Not brought up to date here: each commit updates it after itself. A commit on an older
-    snapshot is still safe: delta-rs checks it against the commits it missed (a commit of the
-    same application transaction fails it, and the retry below reloads and skips the batch).
-    On local disk every update lists the whole `_delta_log` (object_store's LocalFileSystem),
-    so one fewer counts.
-    """
+def _open_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str]) -> StreamedTable:
+    """The kept-open table, checked (or created) once for this schema and layout, not brought
+    up to date here: an append finds the versions it missed by name."""
     key = _table_key(table_uri, schema, partition_by)
     if key not in _checked:
         ensure_table(table_uri, schema, partition_by)
@@ -173,6 +262,7 @@ def ensure_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str])
     ]
     if changed:
         raise DeltaCommitError(f"{table_uri} has other column types: {'; '.join(changed)}")
+    _require_blind_appends(table)
     apply_table_properties(table)
     return table
 
@@ -261,47 +351,41 @@ def commit_files(
     """Append files in one transaction, once per (app_id, version)."""
     rows = sum(f.num_records for f in files)
     validate_files(table_uri, files, partition_by)
-    actions = [
-        AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats)
-        for f in files
-    ]
     table = _open_table(table_uri, schema, partition_by)
-    for attempt in retry_lost_commits(f"{table_uri}: batch {version} of {app_id}"):
-        with attempt:
-            if attempt.retry_state.attempt_number > 1:
-                # lost to a concurrent commit (a zombie writer of the same batch, a metadata
-                # change): the latest snapshot says whether this batch is recorded now
-                table = _open_tables[table_uri] = open_table(table_uri, without_files=True)
-            if _committed_already(table.transaction_version(app_id), table_uri, app_id, version):
-                return CommitResult(table_uri, None, len(files), rows, skipped=True)
-            table.create_write_transaction(
-                actions,
-                "append",
-                schema,
-                list(partition_by) or None,
-                commit_properties=_batch_commit(app_id, version),
-                post_commithook_properties=STREAM_COMMIT_HOOKS,
-            )
-    table.update_incremental()
-    _checkpoint_on_interval(table)
-    return CommitResult(table_uri, table.version(), len(files), rows, skipped=False)
-
-
-def _checkpoint_on_interval(table: DeltaTable) -> None:
-    """Checkpoint the kept-open table at every delta.checkpointInterval-th version. Streamed from
-    the last checkpoint and the commits since (0.3 s at 63,000 live files), it bounds what each
-    update of the snapshot re-reads; a failure only delays it to the next interval."""
-    interval = int(
-        table.metadata().configuration.get("delta.checkpointInterval", DELTA_CHECKPOINT_INTERVAL)
-    )
-    if table.version() % interval:
-        return
-    try:
-        table.create_checkpoint()
-    except DeltaError as exc:
+    table.reread_if_old()
+    entry = log_append.append_entry(files, partition_by, app_id, version, int(time.time() * 1000))
+    for lost in range(LOST_RACES_AT_MOST):
+        if _committed_already(table.transaction_version(app_id), table_uri, app_id, version):
+            return CommitResult(table_uri, None, len(files), rows, skipped=True)
+        if table.append(entry, app_id, version):
+            break
         log.warning(
-            "%s: checkpoint at version %s failed: %s", table.table_uri, table.version(), exc
+            "%s: batch %s of %s lost a commit race (%s); read the log up to version %s",
+            table_uri,
+            version,
+            app_id,
+            lost + 1,
+            table.version,
         )
+    else:
+        raise DeltaCommitError(
+            f"{table_uri}: batch {version} of {app_id} lost {LOST_RACES_AT_MOST} commit races"
+        )
+    committed = table.version
+    if committed % table.checkpoint_interval() == 0:
+        _checkpoint(table)
+    return CommitResult(table_uri, committed, len(files), rows, skipped=False)
+
+
+def _checkpoint(table: StreamedTable) -> None:
+    """Checkpoint the kept-open table (at its latest version). Streamed from the last checkpoint
+    and the commits since (0.3 s at 63,000 live files), it bounds what each read of the
+    snapshot replays; a failure only delays it to the next interval."""
+    try:
+        table.reread()
+        table.snapshot.create_checkpoint()
+    except DeltaError as exc:
+        log.warning("%s: checkpoint at version %s failed: %s", table.table_uri, table.version, exc)
 
 
 def append_rows_once(

@@ -1,6 +1,8 @@
 """A Delta commit that lost a race (delta-rs's CommitFailedError: another writer committed a
 conflicting change first) is tried again on the table's new snapshot. One rule for every writer
-of tidelake: the stream's commits, a backfill's overwrite, a compaction."""
+of tidelake that commits through delta-rs: rows appended once, a backfill's overwrite, a
+compaction. A stream's batch, appended by name, reads the versions it lost to instead
+(delta/log_append.py)."""
 
 from __future__ import annotations
 

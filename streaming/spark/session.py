@@ -23,6 +23,8 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
+    # the driver JVM's heap; spark_session_conf makes it fixed (-Xms = -Xmx, touched at start)
+    "spark.driver.memory": "1g",
     # one state partition per core: each micro-batch commits every state partition's RocksDB
     # store, a fixed cost per partition (a restarted query keeps its checkpoint's number)
     "spark.sql.shuffle.partitions": "2",
@@ -38,6 +40,12 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     ),
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    # one memory budget for every RocksDB store of the JVM (block cache, memtables, index and
+    # filter blocks): unbounded, the index and filters grow with the keys held, which a stream
+    # holds for hours and whose rate grows; bounded, the state's memory is a setting
+    # (bench/dedup_state.py and the soak, docs/benchmarks.md, issue 38)
+    "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
+    "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "500",
     # what the checkpoint keeps to recover from (a restart needs the last batch): Spark's 100
     # batches keep the RocksDB snapshots whose SST files compaction has since replaced, 3.7x
     # the live state's files; 20 keep 2.0x (bench/soak.py, docs/benchmarks.md, issue 38)
@@ -99,11 +107,24 @@ def spark_session_conf(
     classpath = [*jars, user_classpath] if user_classpath else jars
     settings["spark.driver.extraClassPath"] = os.pathsep.join(classpath)
     settings.update(conf)
-    archive_options = class_archive.java_options() if use_class_archive else ""
-    if archive_options:
-        user_options = settings.get("spark.driver.extraJavaOptions", "")
-        settings["spark.driver.extraJavaOptions"] = f"{archive_options} {user_options}".strip()
+    java_options = [
+        class_archive.java_options() if use_class_archive else "",
+        fixed_heap_options(settings["spark.driver.memory"]),
+        settings.get("spark.driver.extraJavaOptions", ""),  # the caller's last: the JVM's last wins
+    ]
+    settings["spark.driver.extraJavaOptions"] = " ".join(o for o in java_options if o)
     return settings
+
+
+def fixed_heap_options(driver_memory: str) -> str:
+    """-Xms equal to the -Xmx that spark-submit makes of spark.driver.memory, touched at start.
+
+    A heap that grows as it is used makes a months-long driver's RSS climb for its first hours
+    and hides a real leak behind it; taken whole at start, what still grows is off the heap
+    (as the broker's and the ingest service's, platform/local/kafka_settings.py). Touching 1 GB
+    adds ~0.3 s to a JVM's start.
+    """
+    return f"-Xms{driver_memory} -XX:+AlwaysPreTouch"
 
 
 def build_spark_session(

@@ -1,17 +1,21 @@
-"""Refuse, before anything is written, an S3 store that does not honour conditional PUTs.
+"""Writing a file only if it is absent, and refusing a store that cannot.
 
-delta-rs commits version N of a table as `PUT _delta_log/N.json` with `If-None-Match: *`: the
-store must refuse the second of two such PUTs of one key, or two processes committing at once
-both "succeed" and one commit is lost. There is no lock service to fall back on. So at start the
-store is asked twice for the same new key; the second answer must be 412 (or 409, a concurrent
-conditional write). A store that answers 200 is refused in one line naming the setting.
+A Delta commit is the creation of `_delta_log/N.json` by whichever writer gets there first:
+`put_if_absent` does it (a PUT with `If-None-Match: *` on S3, a hard link of a complete file on
+local disk, as delta-rs does both). On S3 the store must refuse the second of two such PUTs of
+one key, or two processes committing at once both "succeed" and one commit is lost; there is no
+lock service to fall back on. So at start the store is asked twice for the same new key; the
+second answer must be 412 (or 409, a concurrent conditional write). A store that answers 200 is
+refused in one line naming the setting.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from functools import cache
+from typing import Any
 from urllib.parse import urlparse
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -32,13 +36,12 @@ def require_conditional_put(root: str, variable: str) -> None:
     """Raise ConfigError naming `variable` unless the store under `root` honours If-None-Match
     (checked once per process and store root); nothing for a local folder."""
     if is_object_store(root):
-        settings = s3_settings()
-        _probe(root, variable, settings.where(), tuple(sorted(settings.boto3_client_options())))
+        _probe(root, variable, *_settings_key())
 
 
 @cache
-def _probe(root: str, variable: str, where: str, _settings_key: tuple[str, ...]) -> None:
-    client = s3_client(s3_settings())
+def _probe(root: str, variable: str, where: str, _options: tuple[tuple[str, str], ...]) -> None:
+    client = _client(where, _options)
     parsed = urlparse(join(root, PROBE_FOLDER, f"{uuid.uuid4().hex}.json"))
     bucket, key = parsed.netloc, parsed.path.lstrip("/")
     try:
@@ -69,6 +72,51 @@ def _probe(root: str, variable: str, where: str, _settings_key: tuple[str, ...])
         "PUT with If-None-Match: * of one key succeeded), so two Delta commits at once could "
         "lose one; use a store that does (AWS S3, Cloudflare R2, MinIO, SeaweedFS)"
     )
+
+
+def put_if_absent(uri: str, body: bytes) -> bool:
+    """Create the file at `uri` (a local path or s3://) holding `body`, unless one is there:
+    True if this call created it. Readers never see part of it. Raises OSError or botocore's
+    errors for anything but "already there"."""
+    if not is_object_store(uri):
+        return _link_if_absent(uri, body)
+    parsed = urlparse(uri)
+    try:
+        _client(*_settings_key()).put_object(
+            Bucket=parsed.netloc, Key=parsed.path.lstrip("/"), Body=body, IfNoneMatch="*"
+        )
+    except ClientError as exc:
+        if _code(exc) in _REFUSED:
+            return False
+        raise
+    return True
+
+
+def _link_if_absent(path: str, body: bytes) -> bool:
+    folder, name = os.path.split(path)
+    temporary = os.path.join(folder, f"_{name}.{uuid.uuid4().hex}.tmp")
+    with open(temporary, "wb") as f:
+        f.write(body)
+    try:
+        os.link(temporary, path)  # atomic, and fails if the name exists
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(temporary)
+    return True
+
+
+def _settings_key() -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The store's settings as a cache key: another endpoint or credentials, another client."""
+    settings = s3_settings()
+    options = settings.boto3_client_options()
+    return settings.where(), tuple(sorted((k, str(v)) for k, v in options.items()))
+
+
+@cache
+def _client(_where: str, _options: tuple[tuple[str, str], ...]) -> Any:
+    """One boto3 client per process and store settings: building one takes ~50 ms."""
+    return s3_client(s3_settings())
 
 
 def _code(exc: ClientError) -> str:

@@ -47,7 +47,7 @@ def test_a_stream_commit_that_loses_a_race_commits_its_batch_once(
     table = open_table(uri)
     assert sorted(table.to_pyarrow_table()["n"].to_pylist()) == committed
     assert table.version() == len(committed)
-    assert f"batch {batch} of app lost a commit race (attempt 1 of 5" in caplog.text
+    assert f"batch {batch} of app lost a commit race (1)" in caplog.text
 
 
 def test_a_date_replaced_while_it_is_compacted_is_compacted_again_without_its_old_rows(

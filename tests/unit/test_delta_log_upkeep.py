@@ -130,11 +130,11 @@ def test_the_batch_check_reads_the_kept_open_snapshot_without_listing_the_log(
     uri = str(tmp_path / "events")
     commit_batch(uri, 1)
     write_deltalake(uri, pa.table({"n": [100], "date": [DAY]}, schema=SCHEMA), mode="append")
-    assert commit._open_tables[uri].version() == 1
+    assert commit._open_tables[uri].version == 1
     assert not batch_recorded(uri, "app", 2)
-    assert commit._open_tables[uri].version() == 1
+    assert commit._open_tables[uri].version == 1
     commit_batch(uri, 2)
-    assert commit._open_tables[uri].version() == 3
+    assert commit._open_tables[uri].version == 3
     assert sorted(open_table(uri).to_pyarrow_table()["n"].to_pylist()) == [1, 2, 100]
 
 

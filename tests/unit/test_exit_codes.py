@@ -36,6 +36,7 @@ EXIT_CODES = {
     "TopicConfigError": 1,
     "TopicMissingError": 2,
     "DeltaCommitError": 1,
+    "UnsupportedTableError": 2,
     "StreamFailedError": 1,
     "BackfillError": 1,
     "OutsideRetentionError": 1,

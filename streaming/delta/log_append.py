@@ -1,0 +1,111 @@
+"""A stream's batch as the next version of a Delta log, written without listing the log.
+
+delta-rs (1.6) lists `_delta_log` twice for each commit: the latest version before writing, the
+snapshot's update after it. On S3 a listing starts after a version; on local disk object_store
+walks the whole folder, so there a commit cost what the log retention keeps: 3.7-4.8x a new
+table's at one commit a second and a 1-hour retention, 45x at 24 hours (docs/benchmarks.md,
+issue 38). A stream knows the version it appends after, so it creates the next one only if it
+is absent (storage/conditional_put.py, as delta-rs does), and when another writer got there
+first it reads the versions that follow by name, one file each, up to the first that does not
+exist. Delta's rule for a blind append says what in them concerns it: its own application
+transaction (the batch is in already), a protocol change (features this writer must know) and
+a metadata change (the table it wrote for); added and removed files do not.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tidelake.streaming.delta.files import DataFile
+from tidelake.streaming.errors import SetupError
+from tidelake.streaming.storage.conditional_put import put_if_absent
+from tidelake.streaming.storage.location import filesystem
+from tidelake.streaming.storage.uri import join
+
+ENGINE_INFO = "tidelake"
+
+BLIND_APPEND_WRITER_FEATURES = frozenset(
+    {"appendOnly", "invariants", "timestampNtz", "deletionVectors", "vacuumProtocolCheck"}
+)
+"""Writer features whose tables take a plain add action (writer version 7). Others ask of each
+write what this one does not do (row tracking's row ids, in-commit timestamps, column mapping's
+physical names, generated and identity columns, check constraints)."""
+
+
+class UnsupportedTableError(SetupError):
+    """The table's protocol asks for writer features a stream's append does not implement: a
+    table to change or replace before the stream can write to it."""
+
+
+def require_blind_appends(protocol: Mapping[str, Any], table_uri: str) -> None:
+    """Raise UnsupportedTableError unless the stream's appends are valid under `protocol` (a
+    Delta protocol action: minWriterVersion, writerFeatures)."""
+    writer = int(protocol.get("minWriterVersion", 1))
+    features = set(protocol.get("writerFeatures") or ())
+    if writer <= 2 or (writer == 7 and features <= BLIND_APPEND_WRITER_FEATURES):
+        return
+    asks = sorted(features - BLIND_APPEND_WRITER_FEATURES) or [f"writer version {writer}"]
+    raise UnsupportedTableError(
+        f"{table_uri} needs writer features a stream does not implement: {', '.join(asks)} "
+        f"(it writes tables of writer version 2, or 7 with {sorted(BLIND_APPEND_WRITER_FEATURES)})"
+    )
+
+
+def append_entry(
+    files: Sequence[DataFile],
+    partition_by: Sequence[str],
+    app_id: str,
+    batch: int,
+    now_ms: int,
+) -> bytes:
+    """The log entry of a batch: commitInfo (the batch in tidelake.* keys, as history shows
+    them), the application transaction that makes it happen once, one add per file."""
+    info = {
+        "timestamp": now_ms,
+        "operation": "WRITE",
+        "operationParameters": {"mode": "Append", "partitionBy": json.dumps(list(partition_by))},
+        "isBlindAppend": True,
+        "engineInfo": ENGINE_INFO,
+        "tidelake.app_id": app_id,
+        "tidelake.batch": batch,
+    }
+    actions: list[dict[str, Any]] = [
+        {"commitInfo": info},
+        {"txn": {"appId": app_id, "version": batch, "lastUpdated": now_ms}},
+    ]
+    actions += [
+        {
+            "add": {
+                "path": f.path,
+                "partitionValues": f.partition_values,
+                "size": f.size,
+                "modificationTime": f.modification_time,
+                "dataChange": True,
+                "stats": f.stats,
+            }
+        }
+        for f in files
+    ]
+    return "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions).encode()
+
+
+def entry_uri(table_uri: str, version: int) -> str:
+    return join(table_uri, "_delta_log", f"{version:020d}.json")
+
+
+def put_entry(table_uri: str, version: int, entry: bytes) -> bool:
+    """Create version `version` of the log with `entry`: False if another writer has it."""
+    return put_if_absent(entry_uri(table_uri, version), entry)
+
+
+def read_entry(table_uri: str, version: int) -> list[dict[str, Any]] | None:
+    """The actions of version `version` of the log, None if there is no such version."""
+    fs, path = filesystem(entry_uri(table_uri, version))
+    try:
+        with fs.open_input_stream(path) as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    return [json.loads(line) for line in data.splitlines() if line.strip()]
