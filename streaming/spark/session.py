@@ -40,12 +40,6 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     ),
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-    # one memory budget for every RocksDB store of the JVM (block cache, memtables, index and
-    # filter blocks): unbounded, the index and filters grow with the keys held, which a stream
-    # holds for hours and whose rate grows; bounded, the state's memory is a setting
-    # (bench/dedup_state.py and the soak, docs/benchmarks.md, issue 38)
-    "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
-    "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "500",
     # what the checkpoint keeps to recover from (a restart needs the last batch): Spark's 100
     # batches keep the RocksDB snapshots whose SST files compaction has since replaced, 3.7x
     # the live state's files; 20 keep 2.0x (bench/soak.py, docs/benchmarks.md, issue 38)
