@@ -84,9 +84,11 @@ class StreamedTable:
 
     table_uri: str
     snapshot: DeltaTable
-    version: int = -1
-    transactions: dict[str, int] = field(default_factory=dict)
-    read_at: float = 0.0
+    version: int = field(init=False)
+    transactions: dict[str, int] = field(init=False, default_factory=dict)
+    checkpoint_interval: int = field(init=False)
+    """delta.checkpointInterval of the snapshot's metadata (a metadata change re-reads it)."""
+    read_at: float = field(init=False)
 
     def __post_init__(self) -> None:
         self._read()
@@ -109,6 +111,9 @@ class StreamedTable:
         _require_blind_appends(self.snapshot)
         self.version = self.snapshot.version()
         self.transactions.clear()
+        configuration = self.snapshot.metadata().configuration
+        interval = configuration.get("delta.checkpointInterval", DELTA_CHECKPOINT_INTERVAL)
+        self.checkpoint_interval = int(interval)
         self.read_at = time.monotonic()
 
     def append(self, entry: bytes, app_id: str, batch: int) -> bool:
@@ -139,10 +144,6 @@ class StreamedTable:
                     metadata_changed = True
         if metadata_changed or self.version == known:  # or the version went before it was read
             self.reread()
-
-    def checkpoint_interval(self) -> int:
-        configuration = self.snapshot.metadata().configuration
-        return int(configuration.get("delta.checkpointInterval", DELTA_CHECKPOINT_INTERVAL))
 
 
 def _require_blind_appends(table: DeltaTable) -> None:
@@ -372,7 +373,7 @@ def commit_files(
             f"{table_uri}: batch {version} of {app_id} lost {LOST_RACES_AT_MOST} commit races"
         )
     committed = table.version
-    if committed % table.checkpoint_interval() == 0:
+    if committed % table.checkpoint_interval == 0:
         _checkpoint(table)
     return CommitResult(table_uri, committed, len(files), rows, skipped=False)
 

@@ -21,7 +21,7 @@ from typing import Any
 from tidelake.streaming.delta.files import DataFile
 from tidelake.streaming.errors import SetupError
 from tidelake.streaming.storage.conditional_put import put_if_absent
-from tidelake.streaming.storage.location import filesystem
+from tidelake.streaming.storage.location import Location
 from tidelake.streaming.storage.uri import join
 
 ENGINE_INFO = "tidelake"
@@ -102,10 +102,8 @@ def put_entry(table_uri: str, version: int, entry: bytes) -> bool:
 
 def read_entry(table_uri: str, version: int) -> list[dict[str, Any]] | None:
     """The actions of version `version` of the log, None if there is no such version."""
-    fs, path = filesystem(entry_uri(table_uri, version))
     try:
-        with fs.open_input_stream(path) as f:
-            data = f.read()
+        text = Location(entry_uri(table_uri, version)).read_text()
     except FileNotFoundError:
         return None
-    return [json.loads(line) for line in data.splitlines() if line.strip()]
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
