@@ -53,12 +53,19 @@ class _IgnoringProxy(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _ProxyServer(socketserver.ThreadingTCPServer):
+    # Clients keep connections alive (the boto3 client is cached per settings), so a handler
+    # thread waits for the next request until the client goes: closing must not join them.
+    daemon_threads = True
+    block_on_close = False
+
+
 @pytest.fixture
 def ignoring_store(s3_server: LocalS3Server) -> Iterator[str]:
     """The endpoint URL of the proxy."""
     parsed = urlparse(s3_server.endpoint_url)
     handler = type("Proxy", (_IgnoringProxy,), {"upstream": (parsed.hostname, parsed.port)})
-    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler) as server:
+    with _ProxyServer(("127.0.0.1", 0), handler) as server:
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         yield f"http://127.0.0.1:{server.server_address[1]}"
