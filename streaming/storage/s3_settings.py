@@ -3,7 +3,8 @@
 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION (or AWS_DEFAULT_REGION),
 AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL (an S3-compatible store: MinIO, R2, SeaweedFS) and
 AWS_PROFILE (a profile of ~/.aws/config and ~/.aws/credentials). Read here and nowhere else, as
-they are when asked (never cached), and never logged: the secret and the token are SecretStr.
+they are when asked (parsed once per set of values: a stream asks on every S3 commit), and never
+logged: the secret and the token are SecretStr.
 
 Spark's s3a is not handed the keys: it runs the AWS SDK's default credential chain, which reads
 the same variables (or the profile, or an instance role) in the JVM, so no secret ever sits in a
@@ -12,10 +13,13 @@ Spark setting, an event log or a child's command line.
 
 from __future__ import annotations
 
+import os
+from functools import cache, lru_cache
 from typing import Any
 from urllib.parse import urlparse
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tidelake.streaming.errors import ConfigError
@@ -34,7 +38,7 @@ Part of hadoop_conf(), whose Spark settings the ingest service takes without "sp
 class S3Settings(BaseSettings):
     """The standard AWS settings, as far as an S3 client needs them."""
 
-    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     access_key_id: str | None = Field(default=None, validation_alias="AWS_ACCESS_KEY_ID")
     secret_access_key: SecretStr | None = Field(
@@ -154,6 +158,23 @@ def s3_client(settings: S3Settings, *, timeout_s: float = 10) -> Any:
 
 def s3_settings() -> S3Settings:
     """S3Settings from the environment as it is now; errors name the variable."""
+    names = _variables()
+    return _parsed(
+        tuple(sorted((k.upper(), v) for k, v in os.environ.items() if k.upper() in names))
+    )
+
+
+@cache
+def _variables() -> frozenset[str]:
+    """Every variable S3Settings reads (pydantic-settings matches names case-insensitively)."""
+    return frozenset(
+        name.upper() for info in S3Settings.model_fields.values() for name in _aliases(info)
+    )
+
+
+@lru_cache(maxsize=16)
+def _parsed(_values: tuple[tuple[str, str], ...]) -> S3Settings:
+    """Parsing takes ~0.5 ms; the values are the key, so a changed variable is read again."""
     try:
         return S3Settings()
     except ValidationError as exc:
@@ -167,8 +188,13 @@ def s3_settings() -> S3Settings:
 def _variable(loc: object) -> str:
     """The variable(s) an error is about (pydantic names an alias, or the field)."""
     for name, info in S3Settings.model_fields.items():
-        alias = info.validation_alias
-        choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
+        choices = _aliases(info)
         if loc == name or loc in choices:
-            return " or ".join(str(choice) for choice in choices)
+            return " or ".join(choices)
     return str(loc)
+
+
+def _aliases(info: FieldInfo) -> list[str]:
+    """The variables of a field, in the order pydantic tries them."""
+    alias = info.validation_alias
+    return [str(c) for c in (alias.choices if isinstance(alias, AliasChoices) else [alias])]

@@ -12,13 +12,17 @@ import socketserver
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 
 import pytest
+from stream_batches import commit_batch
 
 from tidelake.platform.local.s3_server import LocalS3Server
+from tidelake.streaming.delta import commit
+from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.errors import ConfigError
 from tidelake.streaming.settings import kafka_client_env
 from tidelake.streaming.storage.conditional_put import require_conditional_put
@@ -119,31 +123,14 @@ def test_a_batch_that_lost_its_version_on_s3_reads_the_winner_by_name(
     """The stream's append by name (delta/log_append.py) on the S3 server: a zombie driver's
     commit of batch 2 takes the version the kept-open table would append at; batch 2 is then
     skipped and batch 3 goes after it, read back by delta-rs."""
-    import datetime as dt
-    import uuid
-
-    import pyarrow as pa
-
-    from tidelake.streaming.delta import commit
-    from tidelake.streaming.delta.files import write_arrow_files
-    from tidelake.streaming.delta.tables import open_table
-
-    schema = pa.schema([("n", pa.int64()), ("date", pa.date32())])
     uri = s3_server.uri(f"append-{uuid.uuid4().hex[:8]}", "events")
 
-    def commit_batch(batch: int) -> None:
-        rows = pa.table({"n": [batch], "date": [dt.date(2026, 11, 29)]}, schema=schema)
-        files = write_arrow_files(rows, uri, "date", f"batch-{batch}-{uuid.uuid4().hex[:6]}")
-        commit.commit_files(
-            uri, files, schema=schema, partition_by=["date"], app_id="app", version=batch
-        )
-
-    commit_batch(1)
+    commit_batch(uri, 1)
     kept = commit._open_tables.pop(uri)
-    commit_batch(2)  # the zombie, on a table of its own
+    commit_batch(uri, 2)  # the zombie, on a table of its own
     commit._open_tables[uri] = kept
-    commit_batch(2)
-    commit_batch(3)
+    commit_batch(uri, 2)
+    commit_batch(uri, 3)
     table = open_table(uri)
     assert sorted(table.to_pyarrow_table()["n"].to_pylist()) == [1, 2, 3]
     assert table.version() == kept.version == 3

@@ -5,30 +5,15 @@ was a zombie of the same batch); a compaction plans again instead of failing its
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from stream_batches import DAY, batch_rows, commit_batch
 
 from tidelake.streaming.delta import commit, maintenance
-from tidelake.streaming.delta.commit import commit_files
-from tidelake.streaming.delta.files import write_arrow_files
 from tidelake.streaming.delta.maintenance import compact_partition
 from tidelake.streaming.delta.tables import open_table
-
-SCHEMA = pa.schema([("n", pa.int64()), ("date", pa.date32())])
-DAY = dt.date(2026, 11, 26)
-
-
-def rows(*numbers: int) -> pa.Table:
-    return pa.table({"n": list(numbers), "date": [DAY] * len(numbers)}, schema=SCHEMA)
-
-
-def commit_batch(uri: str, batch: int) -> None:
-    files = write_arrow_files(rows(batch), uri, "date", f"batch-{batch}")
-    commit_files(uri, files, schema=SCHEMA, partition_by=["date"], app_id="app", version=batch)
 
 
 @pytest.mark.parametrize(("batch", "committed"), [(2, [1, 2]), (3, [1, 2, 3])])
@@ -55,7 +40,7 @@ def test_a_date_replaced_while_it_is_compacted_is_compacted_again_without_its_ol
 ) -> None:
     uri = str(tmp_path / "events")
     for n in range(3):  # three small files of the date
-        write_deltalake(uri, rows(n), partition_by=["date"], mode="append")
+        write_deltalake(uri, batch_rows(n), partition_by=["date"], mode="append")
     opened: list[DeltaTable] = []
 
     def open_then_replace_the_date(table_uri: str) -> DeltaTable:
@@ -63,9 +48,9 @@ def test_a_date_replaced_while_it_is_compacted_is_compacted_again_without_its_ol
         table = open_table(table_uri)
         if not opened:
             write_deltalake(
-                uri, rows(10, 11), mode="overwrite", predicate=f"date = '{DAY.isoformat()}'"
+                uri, batch_rows(10, 11), mode="overwrite", predicate=f"date = '{DAY.isoformat()}'"
             )
-            write_deltalake(uri, rows(12), mode="append")
+            write_deltalake(uri, batch_rows(12), mode="append")
         opened.append(table)
         return table
 

@@ -5,38 +5,27 @@ tables on local disk; the commit path's cost is a benchmark (bench/delta_log_age
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import shutil
 import time
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+from stream_batches import SCHEMA, batch_rows, commit_batch
 
 from tidelake.streaming.delta import commit
 from tidelake.streaming.delta.commit import (
     batch_recorded,
-    commit_files,
     ensure_table,
     table_transaction,
 )
-from tidelake.streaming.delta.files import write_arrow_files
 from tidelake.streaming.delta.maintenance import upkeep_log
 from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.errors import ConfigError
 from tidelake.streaming.settings import load_engine_settings
 
-SCHEMA = pa.schema([("n", pa.int64()), ("date", pa.date32())])
-DAY = dt.date(2026, 11, 26)
 RETENTION = "delta.logRetentionDuration"
-
-
-def commit_batch(uri: str, batch: int) -> None:
-    rows = pa.table({"n": [batch], "date": [DAY]}, schema=SCHEMA)
-    files = write_arrow_files(rows, uri, "date", f"batch-{batch}")
-    commit_files(uri, files, schema=SCHEMA, partition_by=["date"], app_id="app", version=batch)
 
 
 def log_names(uri: str) -> set[str]:
@@ -61,7 +50,7 @@ def test_a_table_the_stream_creates_carries_the_log_retention(
 
 def test_a_table_without_it_gets_it_when_the_stream_opens_it(tmp_path: Path) -> None:
     uri = str(tmp_path / "events")
-    write_deltalake(uri, pa.table({"n": [0], "date": [DAY]}, schema=SCHEMA), partition_by=["date"])
+    write_deltalake(uri, batch_rows(0), partition_by=["date"])
     assert RETENTION not in open_table(uri).metadata().configuration
     commit_batch(uri, 1)
     assert open_table(uri).metadata().configuration[RETENTION] == "interval 24 hours"
@@ -129,7 +118,7 @@ def test_the_batch_check_reads_the_kept_open_snapshot_without_listing_the_log(
     the check until this process commits again: the check costs no listing of `_delta_log`."""
     uri = str(tmp_path / "events")
     commit_batch(uri, 1)
-    write_deltalake(uri, pa.table({"n": [100], "date": [DAY]}, schema=SCHEMA), mode="append")
+    write_deltalake(uri, batch_rows(100), mode="append")
     assert commit._open_tables[uri].version == 1
     assert not batch_recorded(uri, "app", 2)
     assert commit._open_tables[uri].version == 1

@@ -4,32 +4,20 @@ real delta-rs tables on local disk, read back by delta-rs; what it saves is a be
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+from stream_batches import batch_rows, commit_batch
 
 from tidelake.streaming.delta import commit
-from tidelake.streaming.delta.commit import commit_files
-from tidelake.streaming.delta.files import write_arrow_files
 from tidelake.streaming.delta.log_append import (
     UnsupportedTableError,
     entry_uri,
     require_blind_appends,
 )
 from tidelake.streaming.delta.tables import open_table
-
-SCHEMA = pa.schema([("n", pa.int64()), ("date", pa.date32())])
-DAY = dt.date(2026, 11, 26)
-
-
-def commit_batch(uri: str, batch: int, app_id: str = "app") -> None:
-    rows = pa.table({"n": [batch], "date": [DAY]}, schema=SCHEMA)
-    files = write_arrow_files(rows, uri, "date", f"{app_id}-{batch}")
-    commit_files(uri, files, schema=SCHEMA, partition_by=["date"], app_id=app_id, version=batch)
 
 
 def numbers(uri: str) -> list[int]:
@@ -74,7 +62,7 @@ def test_versions_taken_by_other_writers_are_read_by_name(
     uri = str(tmp_path / "events")
     commit_batch(uri, 1)
     kept = commit._open_tables.pop(uri)
-    write_deltalake(uri, pa.table({"n": [100], "date": [DAY]}, schema=SCHEMA), mode="append")
+    write_deltalake(uri, batch_rows(100), mode="append")
     commit_batch(uri, 7, app_id="other")
     commit._open_tables[uri] = kept
     commit_batch(uri, 2)

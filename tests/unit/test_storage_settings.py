@@ -98,3 +98,24 @@ def test_a_malformed_endpoint_fails_naming_the_variable(monkeypatch: pytest.Monk
     monkeypatch.setenv("AWS_ENDPOINT_URL", "127.0.0.1:9000")
     with pytest.raises(ConfigError, match="AWS_ENDPOINT_URL"):
         s3_settings()
+
+
+def test_the_settings_follow_the_environment_as_it_is_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Parsed once per set of values (a stream asks on every S3 commit), yet a variable set,
+    changed or removed since (a test's, a Dagster run's) is what the next call returns."""
+    for name in AWS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    assert s3_settings() is s3_settings()
+    monkeypatch.setenv("aws_endpoint_url", "http://127.0.0.1:9000")
+    assert (s3_settings().region, s3_settings().endpoint_url) == (
+        "eu-west-1",
+        "http://127.0.0.1:9000",
+    )
+    monkeypatch.delenv("AWS_REGION")
+    assert s3_settings().region is None
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "store:9000")
+    with pytest.raises(ConfigError, match="AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL"):
+        s3_settings()
