@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes.util
 import logging
 import os
 import signal
@@ -10,19 +9,15 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from functools import cache
 from typing import Any
 
 from pyspark.sql import SparkSession
 
-from tidelake.streaming.errors import ConfigError
 from tidelake.streaming.settings import host_settings
 from tidelake.streaming.spark import class_archive
 from tidelake.streaming.spark.interrupts import host_interrupts
 from tidelake.streaming.spark.jars import spark_jars
 from tidelake.streaming.storage.s3_settings import s3_settings
-
-log = logging.getLogger(__name__)
 
 DEFAULT_SPARK_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -45,12 +40,6 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     ),
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-    # one memory budget for every RocksDB store of the JVM (block cache, memtables, index and
-    # filter blocks): unbounded, the index and filters grow with the keys, which a stream holds
-    # for 2x its lateness (hours); bounded, with jemalloc as the allocator (jvm_allocator_env),
-    # the JVM's RSS levels off once the cache is full (bench/soak.py, docs/benchmarks.md)
-    "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
-    "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "500",
     # what the checkpoint keeps to recover from (a restart needs the last batch): Spark's 100
     # batches keep the RocksDB snapshots whose SST files compaction has since replaced, 3.7x
     # the live state's files; 20 keep 2.0x (bench/soak.py, docs/benchmarks.md, issue 38)
@@ -166,63 +155,8 @@ def _launch_driver_jvm(settings: Mapping[str, str]) -> None:
         return
     conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
     launch: Callable[..., Any] = launch_gateway  # untyped in pyspark
-    with _environment(jvm_allocator_env()):  # pyspark hands the JVM a copy of os.environ
-        gateway = launch(conf, popen_kwargs={"start_new_session": True})
+    gateway = launch(conf, popen_kwargs={"start_new_session": True})
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
-
-
-JEMALLOC = "libjemalloc.so.2"
-"""Debian's libjemalloc2 (scripts/install_debian_packages.sh, run by `make venv`)."""
-
-
-def jvm_allocator_env(choice: str | None = None) -> dict[str, str]:
-    """Variables that give the driver JVM jemalloc as its allocator (TIDELAKE_JVM_MALLOC).
-
-    RocksDB allocates its blocks from many threads; under glibc's allocator the JVM of a
-    stream with the state's memory bounded kept growing after the cache was full (+6.6 MB a
-    minute with MALLOC_ARENA_MAX=2, +23.5 without), under jemalloc it levelled off
-    (docs/benchmarks.md). `auto` uses it where it is installed and says when it is not."""
-    choice = choice or host_settings().jvm_malloc
-    if choice == "system":
-        return {}
-    library = _installed_jemalloc()
-    if library is None:
-        if choice == "jemalloc":
-            raise ConfigError(
-                f"TIDELAKE_JVM_MALLOC=jemalloc: {JEMALLOC} is not installed "
-                "(Debian: apt-get install libjemalloc2; or set TIDELAKE_JVM_MALLOC=system)"
-            )
-        log.warning(
-            "%s is not installed: the driver JVM runs on glibc's allocator, under which "
-            "RocksDB's memory grows past its bound (apt-get install libjemalloc2)",
-            JEMALLOC,
-        )
-        return {}
-    preload = os.environ.get("LD_PRELOAD", "")
-    return {"LD_PRELOAD": f"{library} {preload}".strip()}
-
-
-@cache
-def _installed_jemalloc() -> str | None:
-    """The name LD_PRELOAD takes, if the dynamic loader finds the library (ldconfig's cache)."""
-    if ctypes.util.find_library("jemalloc") is None:
-        return None
-    return JEMALLOC
-
-
-@contextmanager
-def _environment(values: Mapping[str, str]) -> Iterator[None]:
-    """os.environ with these values inside the block, as it was after it."""
-    before = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @contextmanager
