@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tidelake.streaming.errors import ConfigError
-from tidelake.streaming.storage.s3_settings import s3_client, s3_settings
+from tidelake.streaming.storage.s3_settings import S3Settings, s3_client, s3_settings
 from tidelake.streaming.storage.uri import is_object_store, join
 
 PROBE_FOLDER = "_tidelake_probe"
@@ -36,12 +36,13 @@ def require_conditional_put(root: str, variable: str) -> None:
     """Raise ConfigError naming `variable` unless the store under `root` honours If-None-Match
     (checked once per process and store root); nothing for a local folder."""
     if is_object_store(root):
-        _probe(root, variable, *_settings_key())
+        _probe(root, variable, s3_settings())
 
 
 @cache
-def _probe(root: str, variable: str, where: str, _options: tuple[tuple[str, str], ...]) -> None:
-    client = _client(where, _options)
+def _probe(root: str, variable: str, settings: S3Settings) -> None:
+    client = _client(settings)
+    where = settings.where()
     parsed = urlparse(join(root, PROBE_FOLDER, f"{uuid.uuid4().hex}.json"))
     bucket, key = parsed.netloc, parsed.path.lstrip("/")
     try:
@@ -82,7 +83,7 @@ def put_if_absent(uri: str, body: bytes) -> bool:
         return _link_if_absent(uri, body)
     parsed = urlparse(uri)
     try:
-        _client(*_settings_key()).put_object(
+        _client(s3_settings()).put_object(
             Bucket=parsed.netloc, Key=parsed.path.lstrip("/"), Body=body, IfNoneMatch="*"
         )
     except ClientError as exc:
@@ -106,17 +107,11 @@ def _link_if_absent(path: str, body: bytes) -> bool:
     return True
 
 
-def _settings_key() -> tuple[str, tuple[tuple[str, str], ...]]:
-    """The store's settings as a cache key: another endpoint or credentials, another client."""
-    settings = s3_settings()
-    options = settings.boto3_client_options()
-    return settings.where(), tuple(sorted((k, str(v)) for k, v in options.items()))
-
-
 @cache
-def _client(_where: str, _options: tuple[tuple[str, str], ...]) -> Any:
-    """One boto3 client per process and store settings: building one takes ~50 ms."""
-    return s3_client(s3_settings())
+def _client(settings: S3Settings) -> Any:
+    """One boto3 client per process and store settings (another endpoint or credentials,
+    another client): building one takes ~50 ms."""
+    return s3_client(settings)
 
 
 def _code(exc: ClientError) -> str:

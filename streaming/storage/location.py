@@ -16,21 +16,20 @@ from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
-from tidelake.streaming.storage.s3_settings import s3_client, s3_settings
+from tidelake.streaming.storage.s3_settings import S3Settings, s3_client, s3_settings
 from tidelake.streaming.storage.uri import is_object_store, join
 
 
 @cache
-def _s3_filesystem(options: tuple[tuple[str, object], ...]) -> pafs.S3FileSystem:
-    return pafs.S3FileSystem(**dict(options))
+def _s3_filesystem(settings: S3Settings) -> pafs.S3FileSystem:
+    return pafs.S3FileSystem(**settings.arrow_filesystem_options())
 
 
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem of a URI or local path, and the path within it."""
     if is_object_store(uri):
         parsed = urlparse(uri)
-        options = s3_settings().arrow_filesystem_options()
-        fs = _s3_filesystem(tuple(sorted(options.items())))
+        fs = _s3_filesystem(s3_settings())
         return fs, f"{parsed.netloc}{parsed.path}".rstrip("/")
     return pafs.LocalFileSystem(), str(uri)
 
