@@ -37,6 +37,7 @@ JAVA   := $(shell find jvm/spark-extensions/src/main jvm/ingest-service/src/main
 $(STAMP): pyproject.toml setup.py jvm/pom.xml jvm/spark-jars/pom.xml jvm/kafka-broker/pom.xml jvm/spark-extensions/pom.xml jvm/ingest-service/pom.xml $(JAVA)
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
 	@command -v mvn >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq maven >/dev/null; } || { echo "need Maven 3.8+ (Debian package maven) for the JVM jars"; exit 1; }
+	@scripts/install_debian_packages.sh runtime libjemalloc2
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip "uv>=0.13,<0.14"
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e ".[dev]"
@@ -69,7 +70,7 @@ schema-registry: $(STAMP)
 
 # chromium and postgresql from Debian, for the browser and distributed tests (when this user can)
 test-packages:
-	@scripts/install_test_packages.sh
+	@scripts/install_debian_packages.sh tests chromium postgresql
 
 # the JUnit tests check the Java against what the FlowSpecs export, written here first
 jvm-test: $(STAMP)

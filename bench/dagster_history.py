@@ -935,7 +935,7 @@ def main(
         if "postgres" in storages:
             if postgres_bin() is None:
                 raise click.ClickException(
-                    "PostgreSQL's server is not installed: scripts/install_test_packages.sh"
+                    "PostgreSQL's server is not installed: scripts/install_debian_packages.sh"
                 )
             postgres = stack.enter_context(contextlib.closing(_Postgres()))
         queries = ui_queries()

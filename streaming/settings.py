@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
@@ -309,6 +309,13 @@ class HostSettings(BaseSettings):
     )
     dagster_postgres_url: str | None = Field(
         default=None, description="Dagster's storage on PostgreSQL (postgresql+psycopg2://...)"
+    )
+    jvm_malloc: Literal["auto", "jemalloc", "system"] = Field(
+        default="auto",
+        description=(
+            "the driver JVMs' allocator: jemalloc (Debian's libjemalloc2, preloaded), system "
+            "(glibc's), or auto (jemalloc where installed); see spark/session.py"
+        ),
     )
 
     @field_validator("jars_dir", "cache", "ingest_token", "dagster_postgres_url", mode="before")

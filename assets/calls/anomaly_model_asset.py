@@ -66,9 +66,7 @@ def build_anomaly_model_asset(flow: FlowSpec, settings: EngineSettings) -> dg.As
         if excluded:
             context.log.info(f"left out of training (failed expectations): {sorted(excluded)}")
         try:
-            with host_session(
-                lambda: context.resources.spark.spark_session, settings.spark_master
-            ) as spark:
+            with host_session(context.resources.spark) as spark:
                 trained = train_model(spark, flow, settings, day, config.training_days, excluded)
         except TrainingError as exc:
             context.log.warning(f"no model for {day}: {exc}")

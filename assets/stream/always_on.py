@@ -129,7 +129,7 @@ def build_always_on_job(query: AlwaysOn[Any], settings: EngineSettings) -> dg.Jo
             running.preflight()
         context.log.info(f"stream worker pid {os.getpid()}: {query.started(running)}")
         reporter = query.make_reporter(context, running, conf)
-        with host_session(lambda: spark.spark_session, run_settings.spark_master) as session:
+        with host_session(spark) as session:
             run_until_stopped(
                 context,
                 lambda: running.start(session),

@@ -43,9 +43,7 @@ def build_table_asset(
         kafka_conf = context.resources.kafka.client_config()
         with step_failure():
             plan_backfill(flow, dates, settings, kafka_conf)  # refusals before Spark starts
-            with host_session(
-                lambda: context.resources.spark.spark_session, settings.spark_master
-            ) as spark:
+            with host_session(context.resources.spark) as spark:
                 result = backfill_dates(spark, flow, dates, settings, kafka_conf)
         plan = result.plan
         context.log.info(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes.util
 import logging
 import os
 import signal
@@ -9,15 +10,19 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from functools import cache
+from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
 
+from tidelake.streaming.errors import ConfigError
 from tidelake.streaming.settings import host_settings
 from tidelake.streaming.spark import class_archive
 from tidelake.streaming.spark.interrupts import host_interrupts
 from tidelake.streaming.spark.jars import spark_jars
 from tidelake.streaming.storage.s3_settings import s3_settings
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SPARK_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -40,6 +45,12 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     ),
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    # one memory budget for every RocksDB store of the JVM (block cache, memtables, index and
+    # filter blocks): unbounded, the index and filters grow with the keys, which a stream holds
+    # for 2x its lateness (hours); bounded, with jemalloc as the allocator (jvm_allocator_env),
+    # the JVM's RSS levels off once the cache is full (bench/soak.py, docs/benchmarks.md)
+    "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
+    "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "500",
     # what the checkpoint keeps to recover from (a restart needs the last batch): Spark's 100
     # batches keep the RocksDB snapshots whose SST files compaction has since replaced, 3.7x
     # the live state's files; 20 keep 2.0x (bench/soak.py, docs/benchmarks.md, issue 38)
@@ -155,8 +166,63 @@ def _launch_driver_jvm(settings: Mapping[str, str]) -> None:
         return
     conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
     launch: Callable[..., Any] = launch_gateway  # untyped in pyspark
-    gateway = launch(conf, popen_kwargs={"start_new_session": True})
+    with _environment(jvm_allocator_env()):  # pyspark hands the JVM a copy of os.environ
+        gateway = launch(conf, popen_kwargs={"start_new_session": True})
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
+
+
+JEMALLOC = "libjemalloc.so.2"
+"""Debian's libjemalloc2 (scripts/install_debian_packages.sh, run by `make venv`)."""
+
+
+def jvm_allocator_env(choice: str | None = None) -> dict[str, str]:
+    """Variables that give the driver JVM jemalloc as its allocator (TIDELAKE_JVM_MALLOC).
+
+    RocksDB allocates its blocks from many threads; under glibc's allocator the JVM of a
+    stream with the state's memory bounded kept growing after the cache was full (+6.6 MB a
+    minute with MALLOC_ARENA_MAX=2, +23.5 without), under jemalloc it levelled off
+    (docs/benchmarks.md). `auto` uses it where it is installed and says when it is not."""
+    choice = choice or host_settings().jvm_malloc
+    if choice == "system":
+        return {}
+    library = installed_jemalloc()
+    if library is None:
+        if choice == "jemalloc":
+            raise ConfigError(
+                f"TIDELAKE_JVM_MALLOC=jemalloc: {JEMALLOC} is not installed "
+                "(Debian: apt-get install libjemalloc2; or set TIDELAKE_JVM_MALLOC=system)"
+            )
+        log.warning(
+            "%s is not installed: the driver JVM runs on glibc's allocator, under which "
+            "RocksDB's memory grows past its bound (apt-get install libjemalloc2)",
+            JEMALLOC,
+        )
+        return {}
+    preload = os.environ.get("LD_PRELOAD", "")
+    return {"LD_PRELOAD": f"{library} {preload}".strip()}
+
+
+@cache
+def installed_jemalloc() -> str | None:
+    """The name LD_PRELOAD takes, if the dynamic loader finds the library (ldconfig's cache)."""
+    if ctypes.util.find_library("jemalloc") is None:
+        return None
+    return JEMALLOC
+
+
+@contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """os.environ with these values inside the block, as it was after it."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextmanager
@@ -205,12 +271,33 @@ def prepare_session(spark: SparkSession) -> SparkSession:
     return spark
 
 
+class SessionHost(Protocol):
+    """What builds a session for a host: a Dagster LazyPySparkResource made of
+    spark_session_conf's settings (assets/resources.py)."""
+
+    @property
+    def spark_config(self) -> Mapping[str, Any]: ...
+
+    @property
+    def spark_session(self) -> SparkSession: ...
+
+
 @contextmanager
-def host_session(create: Callable[[], SparkSession], master: str) -> Iterator[SparkSession]:
-    """A session built by a host (a Dagster resource), prepared, with the host in charge of
-    SIGINT inside the block (see spark/interrupts.py)."""
-    prepare_environment(master)
-    with host_interrupts(create) as session:
+def host_session(host: SessionHost) -> Iterator[SparkSession]:
+    """The host's session, prepared, with the host in charge of SIGINT inside the block (see
+    spark/interrupts.py).
+
+    Its driver JVM is started here as build_spark_session starts it (a process session of its
+    own, jemalloc), and the host's getOrCreate finds it running: left to the host, every JVM of
+    a Dagster run, each stream's among them, started on glibc's allocator."""
+    settings = {key: str(value) for key, value in host.spark_config.items()}
+    prepare_environment(settings["spark.master"])
+
+    def launch_then_create() -> SparkSession:
+        _launch_driver_jvm(settings)
+        return host.spark_session
+
+    with host_interrupts(launch_then_create) as session:
         yield prepare_session(session)
 
 

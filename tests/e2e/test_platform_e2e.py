@@ -44,6 +44,7 @@ from tidelake.protos.call_pb2 import CallEvent, CallSid
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic, topic_partition_count
 from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.spark.session import installed_jemalloc
 
 pytestmark = pytest.mark.slow
 
@@ -161,6 +162,20 @@ def test_events_land_exactly_once(stack: Stack) -> None:
     assert Counter(d.isoformat() for d in table.column("date").to_pylist()) == report.by_date
     quarantine = stack.settings.table_uri(CALL_EVENTS.quarantine_table)
     assert duckdb_query(f"select count(*) from delta_scan('{quarantine}')") == [(report.malformed,)]
+
+
+def test_the_stream_runs_in_a_jvm_started_as_tidelake_starts_it(stack: Stack) -> None:
+    """A Dagster run's driver JVM (the resource's getOrCreate) is the one session.py starts:
+    the heap fixed, the state's RocksDB memory bounded, jemalloc as its allocator."""
+    run_id = stack.started_run()
+    stack.streaming(run_id)
+    (jvm,) = [p for p in _run_worker(stack, run_id).children() if p.name() == "java"]
+    arguments = _cmdline(jvm)
+    assert "-Xms1g" in arguments and "-XX:+AlwaysPreTouch" in arguments, arguments
+    assert "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage=true" in arguments
+    if installed_jemalloc() is None:
+        pytest.skip("libjemalloc2 is not installed: make venv installs it where it can")
+    assert "libjemalloc.so" in Path(f"/proc/{jvm.pid}/maps").read_text()
 
 
 def test_days_behind_the_event_time_are_materialized_with_row_counts(stack: Stack) -> None:

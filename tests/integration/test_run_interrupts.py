@@ -38,7 +38,7 @@ def interrupt_while_session_is_made() -> None:
 def spark_work(spark: LazyPySparkResource) -> None:
     if WHERE == "start":  # while the session is still being made
         threading.Thread(target=interrupt_while_session_is_made, daemon=True).start()
-    with host_session(lambda: spark.spark_session, "local[1]") as session:
+    with host_session(spark) as session:
         from pyspark.sql import SparkSession
         print("ACTIVE", SparkSession.getActiveSession() is session, flush=True)
         tracker = session.sparkContext.statusTracker()
