@@ -7,7 +7,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,14 +163,44 @@ def write_figures(out: Path | None, figures: dict) -> None:
         out.write_text(json.dumps(figures, indent=2))
 
 
-def drift(rows: list[dict[str, float]], settle_s: float, run_s: float) -> dict[str, dict]:
+def drift(
+    rows: list[dict[str, float]],
+    settle_s: float,
+    run_s: float,
+    age_of: Mapping[str, str] | None = None,
+) -> dict[str, dict]:
     """Per series: first-tenth and last-tenth medians, least-squares slope per hour, and the
     value at 30 days, over the samples (t_s: seconds into the run) after settle_s that no fault was
-    being recovered from (recovering, where a benchmark injects faults)."""
+    being recovered from (recovering, where a benchmark injects faults). A series that age_of
+    maps to an age column (seconds since its process started) also leaves out the samples of a
+    process younger than settle_s: a process a fault restarted settles again."""
+    age_of = age_of or {}
     kept = [r for r in rows if r["t_s"] >= settle_s and not r.get("recovering")]
     out: dict[str, dict] = {}
     if len(kept) < 10:
         return out
+    for name in kept[0]:
+        if name in ("t_s", "recovering") or name in age_of.values():
+            continue
+        age = age_of.get(name)
+        settled = [r for r in kept if age is None or r.get(age, settle_s) >= settle_s]
+        t_h = np.array([r["t_s"] for r in settled]) / 3600
+        y = np.array([r.get(name, np.nan) for r in settled], dtype=float)
+        ok = ~np.isnan(y)
+        if ok.sum() < 10 or np.allclose(y[ok], 0):
+            continue
+        tenth = max(1, int(ok.sum()) // 10)
+        slope, _ = np.polyfit(t_h[ok], y[ok], 1)
+        median = float(np.median(y[ok]))
+        first, last = y[ok][:tenth], y[ok][-tenth:]
+        out[name] = {
+            "first_tenth": float(np.median(first)),
+            "last_tenth": float(np.median(last)),
+            "slope_per_h": float(slope),
+            "slope_pct_per_h": float(100 * slope / median) if median else float("nan"),
+            "at_30_days": float(np.median(last) + slope * (30 * 24 - run_s / 3600)),
+        }
+    return out
     t_h = np.array([r["t_s"] for r in kept]) / 3600
     tenth = max(1, len(kept) // 10)
     for name in kept[0]:

@@ -16,7 +16,8 @@ Writes soak.csv (one row a sample), soak.png (every series over time) and soak.j
 summary) to --out-dir, and prints, for each series after the first --settle minutes, the
 first-tenth and last-tenth medians, the least-squares slope per hour (also as a share of the
 median) and the value that slope reaches at 30 days. Samples taken while a fault is being
-recovered from are kept in the CSV and left out of the drift figures.
+recovered from are kept in the CSV and left out of the drift figures; so are a process's RSS
+and CPU in its own first --settle minutes (a stream the kill fault restarted, the broker).
 
     python bench/soak.py --minutes 60 --rate 6000
 """
@@ -72,6 +73,8 @@ ROLES = (
     "producer",
     "tidelake-dev",
 )
+PROCESS_AGE = {f"{kind}_{r}": f"age_s_{r}" for r in ROLES for kind in ("rss_mb", "cpu_pct")}
+"""The age column that judges each role's RSS and CPU series (common.drift)."""
 DAY_S = 86_400.0
 
 
@@ -215,6 +218,7 @@ class ProcessSampler:
         workers = _live_run_workers(self.soak.dagster_home)
         rss = dict.fromkeys(ROLES, 0.0)
         cpu_s = dict.fromkeys(ROLES, 0.0)
+        born = dict.fromkeys(ROLES, 0.0)  # the role's youngest process
         cpu_now: dict[int, float] = {}
         for proc, role in self._processes(workers):
             try:
@@ -226,15 +230,18 @@ class ProcessSampler:
             cpu_now[proc.pid] = used
             rss[role] += mem / 2**20
             try:
-                new = proc.create_time() > self._wall_at  # born since the last sample
+                created = proc.create_time()
             except psutil.Error:
                 continue
+            born[role] = max(born[role], created)
+            new = created > self._wall_at  # born since the last sample
             cpu_s[role] += used - self._cpu.get(proc.pid, 0.0 if new else used)
         now = time.monotonic()
         wall, self._at, self._cpu = now - self._at, now, cpu_now
         self._wall_at = time.time()
         out = {f"rss_mb_{r}": rss[r] for r in ROLES}
         out |= {f"cpu_pct_{r}": 100 * cpu_s[r] / wall for r in ROLES}
+        out |= {f"age_s_{r}": self._wall_at - born[r] for r in ROLES if born[r]}
         out["rss_mb_total"] = sum(rss.values())
         return out
 
@@ -755,7 +762,7 @@ def summarize(
         "unexpected_rows": max(0, counts["distinct_keys"] - good),
         "quarantine_mismatch": counts["quarantined"] - malformed,
         "faults": [asdict(f) for f in faults],
-        "drift": drift(rows, settle_s, minutes * 60),
+        "drift": drift(rows, settle_s, minutes * 60, PROCESS_AGE),
         "per_day": per_day(rows, minutes * 60),
     }
 
