@@ -201,23 +201,3 @@ def drift(
             "at_30_days": float(np.median(last) + slope * (30 * 24 - run_s / 3600)),
         }
     return out
-    t_h = np.array([r["t_s"] for r in kept]) / 3600
-    tenth = max(1, len(kept) // 10)
-    for name in kept[0]:
-        if name in ("t_s", "recovering"):
-            continue
-        y = np.array([r.get(name, np.nan) for r in kept], dtype=float)
-        ok = ~np.isnan(y)
-        if ok.sum() < 10 or np.allclose(y[ok], 0):
-            continue
-        slope, _ = np.polyfit(t_h[ok], y[ok], 1)
-        median = float(np.median(y[ok]))
-        first, last = y[ok][:tenth], y[ok][-tenth:]
-        out[name] = {
-            "first_tenth": float(np.median(first)),
-            "last_tenth": float(np.median(last)),
-            "slope_per_h": float(slope),
-            "slope_pct_per_h": float(100 * slope / median) if median else float("nan"),
-            "at_30_days": float(np.median(last) + slope * (30 * 24 - run_s / 3600)),
-        }
-    return out
