@@ -73,8 +73,23 @@ ROLES = (
     "producer",
     "tidelake-dev",
 )
-PROCESS_AGE = {f"{kind}_{r}": f"age_s_{r}" for r in ROLES for kind in ("rss_mb", "cpu_pct")}
-"""The age column that judges each role's RSS and CPU series (common.drift)."""
+STREAM_SERIES = (
+    "batch_ms_p50",
+    "batch_ms_max",
+    "batch_less_eviction_ms_p50",
+    "eviction_ms_p50",
+    "commit_ms_p50",
+    "write_ms_p50",
+    "state_updates_ms_per_krow",
+    "rocksdb_get_us",
+)
+SERIES_AGE = {
+    **{f"{kind}_{r}": f"age_s_{r}" for r in ROLES for kind in ("rss_mb", "cpu_pct")},
+    **{name: "age_s_stream-jvm" for name in STREAM_SERIES},
+}
+"""The age column that judges a series (common.drift): a role's RSS and CPU by its own process,
+the stream's micro-batch figures by its JVM, which a restart leaves cold (JIT, the state's cache)
+for minutes after it has caught up."""
 DAY_S = 86_400.0
 
 
@@ -189,6 +204,18 @@ def batch_figures(batches: list[dict[str, Any]]) -> dict[str, float]:
     if state:
         last = state[-1]
         metrics = last.get("customMetrics") or {}
+        every = [s.get("customMetrics") or {} for s in state]
+        gets = sum(m.get("rocksdbGetCount", 0) for m in every)
+        # what a row costs the state (task time, per 1,000 rows) and a RocksDB get: unlike the
+        # batch's duration, neither depends on how close to saturation the stream runs
+        out |= {
+            "state_updates_ms_per_krow": 1000
+            * sum(s.get("allUpdatesTimeMs", 0) for s in state)
+            / max(1, out["rows_in"]),
+            "rocksdb_get_us": 1000 * sum(m.get("rocksdbGetLatency", 0) for m in every) / gets
+            if gets
+            else np.nan,
+        }
         out |= {
             "eviction_ms_p50": float(np.median(eviction)),
             "batch_less_eviction_ms_p50": float(
@@ -555,6 +582,7 @@ def plot(rows: list[dict[str, float]], faults: list[FaultRecord], path: Path) ->
         ("micro-batch (ms, median a sample)", ["batch_ms_p50", "batch_less_eviction_ms_p50"]),
         ("eviction and commit (ms)", ["eviction_ms_p50", "commit_ms_p50", "write_ms_p50"]),
         ("dedup state", ["state_rows", "state_memory_mb", "state_sst_mb"]),
+        ("state per row", ["state_updates_ms_per_krow", "rocksdb_get_us"]),
         ("lag (records)", ["lag"]),
         ("RSS (MB)", [f"rss_mb_{r}" for r in ROLES] + ["rss_mb_total"]),
         ("CPU (% of a core)", [f"cpu_pct_{r}" for r in ROLES]),
@@ -633,6 +661,8 @@ def main(
         "duplicate_share": duplicate_share,
         "malformed_share": malformed_share,
     }
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # unwind as Ctrl-C does: the platform's
+        signal.signal(signum, _interrupt)  # exit stops `tidelake dev` and the broker
     with platform(work, trigger_interval) as soak:
         wait_for(lambda: (soak.table / "_delta_log").exists(), 600, "the stream's table")
         wait_for(lambda: soak.progress_file.exists(), 600, "the stream's first batch")
@@ -668,6 +698,10 @@ def main(
     print(f"wrote {out_dir / 'soak.csv'}, soak.png, soak.json; the platform's files: {work}")
     if summary["lost"] or summary["duplicated"] or summary["quarantine_mismatch"]:
         sys.exit(1)
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"soak: {signal.Signals(signum).name}")
 
 
 def _wait(predicate: Callable[[], bool], timeout_s: float) -> bool:
@@ -762,7 +796,7 @@ def summarize(
         "unexpected_rows": max(0, counts["distinct_keys"] - good),
         "quarantine_mismatch": counts["quarantined"] - malformed,
         "faults": [asdict(f) for f in faults],
-        "drift": drift(rows, settle_s, minutes * 60, PROCESS_AGE),
+        "drift": drift(rows, settle_s, minutes * 60, SERIES_AGE),
         "per_day": per_day(rows, minutes * 60),
     }
 
