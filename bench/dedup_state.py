@@ -124,6 +124,7 @@ def _batch(progress: dict[str, Any]) -> dict[str, Any]:
         "state_memory_mb": int(state.get("memoryUsedBytes", 0)) / 2**20,
         "state_rows": int(state.get("numRowsTotal", 0)),
         "rocksdb_gets": int(metrics.get("rocksdbGetCount", 0)),
+        "rocksdb_get_ms": int(metrics.get("rocksdbGetLatency", 0)),
         "rocksdb_puts": int(metrics.get("rocksdbPutCount", 0)),
         "commit_ms": float((progress.get("tidelake") or {}).get("commit_ms", 0.0)),
     }
@@ -165,6 +166,19 @@ def backlog_rates(batches: list[dict[str, Any]]) -> tuple[float, float]:
     return rate(first), rate(last)
 
 
+def state_cost(batches: list[dict[str, Any]]) -> dict[str, float]:
+    """What a row costs the state over a phase (task time per 1,000 rows) and a RocksDB get:
+    figures that, unlike a batch's duration, do not depend on the batches' sizes."""
+    rows = sum(b["rows"] for b in batches)
+    gets = sum(b["rocksdb_gets"] for b in batches)
+    return {
+        "updates_ms_per_krow": 1000 * sum(b["updates_ms"] for b in batches) / max(1, rows),
+        "rocksdb_get_us": 1000 * sum(b["rocksdb_get_ms"] for b in batches) / gets
+        if gets
+        else float("nan"),
+    }
+
+
 def _median(batches: list[dict[str, Any]], key: str) -> float:
     return float(statistics.median(b[key] for b in batches)) if batches else float("nan")
 
@@ -201,6 +215,7 @@ def main(backlog: int, rate: float, live_minutes: float, producers: int, out: Pa
         "live_first": {k: _median(first, k) for k in first[0]} | {"batches": len(first)},
         "live_second": {k: _median(second, k) for k in second[0]} | {"batches": len(second)},
         "batch_ratio": _median(second, "ms") / _median(first, "ms"),
+        "state_cost": {"live_first": state_cost(first), "live_second": state_cost(second)},
         "backlog_seconds": caught_up_s,
         "backlog_first_million_rows_per_s": first_rate,
         "backlog_last_million_rows_per_s": last_rate,
@@ -222,6 +237,11 @@ def main(backlog: int, rate: float, live_minutes: float, producers: int, out: Pa
             f"state memory {f['state_memory_mb']:.0f} MB, commit {f['commit_ms']:.0f} ms"
         )
     print(f"second / first live micro-batch: {figures['batch_ratio']:.2f} (target <= 1.1)")
+    for phase, cost in figures["state_cost"].items():
+        print(
+            f"{phase}: state updates {cost['updates_ms_per_krow']:.1f} ms per 1,000 rows, "
+            f"RocksDB get {cost['rocksdb_get_us']:.1f} us"
+        )
     print(
         f"backlog: {backlog:,} rows in {caught_up_s:.0f} s ({len(catching)} batches); first "
         f"million {first_rate:,.0f} rows/s, last {last_rate:,.0f} rows/s, ratio "
