@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import click
-from common import TreeSampler, kafka, wait_for, write_figures
+from common import TreeSampler, kafka, state_cost, wait_for, write_figures
 
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
@@ -166,17 +166,14 @@ def backlog_rates(batches: list[dict[str, Any]]) -> tuple[float, float]:
     return rate(first), rate(last)
 
 
-def state_cost(batches: list[dict[str, Any]]) -> dict[str, float]:
-    """What a row costs the state over a phase (task time per 1,000 rows) and a RocksDB get:
-    figures that, unlike a batch's duration, do not depend on the batches' sizes."""
-    rows = sum(b["rows"] for b in batches)
-    gets = sum(b["rocksdb_gets"] for b in batches)
-    return {
-        "updates_ms_per_krow": 1000 * sum(b["updates_ms"] for b in batches) / max(1, rows),
-        "rocksdb_get_us": 1000 * sum(b["rocksdb_get_ms"] for b in batches) / gets
-        if gets
-        else float("nan"),
-    }
+def phase_state_cost(batches: list[dict[str, Any]]) -> dict[str, float]:
+    """common.state_cost over a phase's batches."""
+    return state_cost(
+        rows=sum(b["rows"] for b in batches),
+        updates_ms=sum(b["updates_ms"] for b in batches),
+        gets=sum(b["rocksdb_gets"] for b in batches),
+        get_ms=sum(b["rocksdb_get_ms"] for b in batches),
+    )
 
 
 def _median(batches: list[dict[str, Any]], key: str) -> float:
@@ -215,7 +212,10 @@ def main(backlog: int, rate: float, live_minutes: float, producers: int, out: Pa
         "live_first": {k: _median(first, k) for k in first[0]} | {"batches": len(first)},
         "live_second": {k: _median(second, k) for k in second[0]} | {"batches": len(second)},
         "batch_ratio": _median(second, "ms") / _median(first, "ms"),
-        "state_cost": {"live_first": state_cost(first), "live_second": state_cost(second)},
+        "state_cost": {
+            "live_first": phase_state_cost(first),
+            "live_second": phase_state_cost(second),
+        },
         "backlog_seconds": caught_up_s,
         "backlog_first_million_rows_per_s": first_rate,
         "backlog_last_million_rows_per_s": last_rate,
@@ -239,7 +239,7 @@ def main(backlog: int, rate: float, live_minutes: float, producers: int, out: Pa
     print(f"second / first live micro-batch: {figures['batch_ratio']:.2f} (target <= 1.1)")
     for phase, cost in figures["state_cost"].items():
         print(
-            f"{phase}: state updates {cost['updates_ms_per_krow']:.1f} ms per 1,000 rows, "
+            f"{phase}: state updates {cost['state_updates_ms_per_krow']:.1f} ms per 1,000 rows, "
             f"RocksDB get {cost['rocksdb_get_us']:.1f} us"
         )
     print(

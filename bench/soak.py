@@ -17,7 +17,8 @@ summary) to --out-dir, and prints, for each series after the first --settle minu
 first-tenth and last-tenth medians, the least-squares slope per hour (also as a share of the
 median) and the value that slope reaches at 30 days. Samples taken while a fault is being
 recovered from are kept in the CSV and left out of the drift figures; so are a process's RSS
-and CPU in its own first --settle minutes (a stream the kill fault restarted, the broker).
+and CPU in its own first --settle minutes (a stream the kill fault restarted, the broker), and the
+stream's micro-batch figures in its JVM's (SERIES_AGE).
 
     python bench/soak.py --minutes 60 --rate 6000
 """
@@ -45,7 +46,7 @@ from typing import Any
 import click
 import numpy as np
 import psutil
-from common import drift, wait_for, write_figures
+from common import drift, state_cost, wait_for, write_figures
 
 from tidelake.platform.local.kafka_cluster import LocalKafkaCluster
 from tidelake.platform.local.ports import free_ports
@@ -205,17 +206,12 @@ def batch_figures(batches: list[dict[str, Any]]) -> dict[str, float]:
         last = state[-1]
         metrics = last.get("customMetrics") or {}
         every = [s.get("customMetrics") or {} for s in state]
-        gets = sum(m.get("rocksdbGetCount", 0) for m in every)
-        # what a row costs the state (task time, per 1,000 rows) and a RocksDB get: unlike the
-        # batch's duration, neither depends on how close to saturation the stream runs
-        out |= {
-            "state_updates_ms_per_krow": 1000
-            * sum(s.get("allUpdatesTimeMs", 0) for s in state)
-            / max(1, out["rows_in"]),
-            "rocksdb_get_us": 1000 * sum(m.get("rocksdbGetLatency", 0) for m in every) / gets
-            if gets
-            else np.nan,
-        }
+        out |= state_cost(
+            rows=out["rows_in"],
+            updates_ms=sum(s.get("allUpdatesTimeMs", 0) for s in state),
+            gets=sum(m.get("rocksdbGetCount", 0) for m in every),
+            get_ms=sum(m.get("rocksdbGetLatency", 0) for m in every),
+        )
         out |= {
             "eviction_ms_p50": float(np.median(eviction)),
             "batch_less_eviction_ms_p50": float(
