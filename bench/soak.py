@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -81,12 +82,34 @@ STREAM_SERIES = (
     "eviction_ms_p50",
     "commit_ms_p50",
     "write_ms_p50",
+    "planning_ms_p50",
+    "state_commit_ms_p50",
+    "batch_fixed_ms",
+    "batch_ms_per_krow",
     "state_updates_ms_per_krow",
     "rocksdb_get_us",
+    "rocksdb_put_us",
+    "compaction_written_kb_per_krow",
+    "compaction_ms_per_krow",
+    "writer_stall_ms",
 )
+STREAM_THREADS = (
+    ("tasks", ("Executor task",)),
+    ("driver", ("stream executio",)),
+    ("rocksdb", ("rocksdb",)),
+    ("gc", ("GC Thread", "G1 ")),
+    ("jit", ("C1 CompilerThre", "C2 CompilerThre")),
+)
+"""The stream JVM's threads by what their names (/proc/PID/task/TID/comm, 15 characters) say:
+Spark's tasks, the query's own thread (planning each micro-batch, the foreachBatch call), RocksDB's
+background flushes and compactions, the collector, the JIT; the rest is "other". A task's time
+includes its RocksDB gets and puts; compaction is not in it."""
+THREAD_GROUPS = (*(g for g, _ in STREAM_THREADS), "other")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SERIES_AGE = {
     **{f"{kind}_{r}": f"age_s_{r}" for r in ROLES for kind in ("rss_mb", "cpu_pct")},
     **{name: "age_s_stream-jvm" for name in STREAM_SERIES},
+    **{f"stream_jvm_cpu_pct_{g}": "age_s_stream-jvm" for g in THREAD_GROUPS},
 }
 """The age column that judges a series (common.drift): a role's RSS and CPU by its own process,
 the stream's micro-batch figures by its JVM, which a restart leaves cold (JIT, the state's cache)
@@ -179,6 +202,19 @@ class BatchReader:
         return whole
 
 
+def batch_cost_fit(batches: list[dict[str, Any]]) -> dict[str, float]:
+    """A micro-batch's duration split into what it costs whatever its size and what each row
+    adds: the least-squares line of duration against input rows over some batches. A stream that
+    runs back to back reads in each batch what arrived during the one before, so its duration is
+    fixed / (1 - per_row * rate) and a rise of either shows amplified; this says which rose."""
+    rows = np.array([b.get("numInputRows", 0) for b in batches], dtype=float)
+    duration = np.array([b["durationMs"].get("triggerExecution", 0) for b in batches], dtype=float)
+    if len(batches) < 10 or np.ptp(rows) < 0.2 * np.median(rows):  # too few or too alike
+        return {"batch_fixed_ms": np.nan, "batch_ms_per_krow": np.nan}
+    per_row, fixed = np.polyfit(rows, duration, 1)
+    return {"batch_fixed_ms": float(fixed), "batch_ms_per_krow": float(1000 * per_row)}
+
+
 def batch_figures(batches: list[dict[str, Any]]) -> dict[str, float]:
     """Medians and maxima of one sample's micro-batches."""
     if not batches:
@@ -201,9 +237,14 @@ def batch_figures(batches: list[dict[str, Any]]) -> dict[str, float]:
         "batch_ms_max": float(np.max(duration)),
         "commit_ms_p50": float(np.nanmedian(commit)) if not np.all(np.isnan(commit)) else np.nan,
         "write_ms_p50": float(np.nanmedian(write)) if not np.all(np.isnan(write)) else np.nan,
+        "planning_ms_p50": float(
+            np.median([b["durationMs"].get("queryPlanning", 0) for b in batches])
+        ),
     }
+    out |= batch_cost_fit(batches)
     if state:
         last = state[-1]
+        out["state_commit_ms_p50"] = float(np.median([s.get("commitTimeMs", 0) for s in state]))
         metrics = last.get("customMetrics") or {}
         every = [s.get("customMetrics") or {} for s in state]
         out |= state_cost(
@@ -212,7 +253,24 @@ def batch_figures(batches: list[dict[str, Any]]) -> dict[str, float]:
             gets=sum(m.get("rocksdbGetCount", 0) for m in every),
             get_ms=sum(m.get("rocksdbGetLatency", 0) for m in every),
         )
+        puts = sum(m.get("rocksdbPutCount", 0) for m in every)
+        rows_k = max(1, out["rows_in"]) / 1000
         out |= {
+            # RocksDB's own work per row, behind the state's task time: a put's latency, what
+            # its background compactions rewrite and how long writes were stalled for them
+            "rocksdb_put_us": (
+                1000 * sum(m.get("rocksdbPutLatency", 0) for m in every) / puts if puts else np.nan
+            ),
+            "compaction_written_kb_per_krow": sum(
+                m.get("rocksdbTotalBytesWrittenByCompaction", 0) for m in every
+            )
+            / 1024
+            / rows_k,
+            "compaction_ms_per_krow": sum(
+                m.get("rocksdbTotalCompactionLatencyMs", 0) for m in every
+            )
+            / rows_k,
+            "writer_stall_ms": float(sum(m.get("rocksdbWriterStallLatencyMs", 0) for m in every)),
             "eviction_ms_p50": float(np.median(eviction)),
             "batch_less_eviction_ms_p50": float(
                 np.median([d - e for d, e in zip(duration, eviction_wall, strict=False)])
@@ -228,12 +286,38 @@ def batch_figures(batches: list[dict[str, Any]]) -> dict[str, float]:
 # processes, files, storage
 
 
+def thread_cpu_s(pid: int) -> dict[int, tuple[str, float]]:
+    """Each live thread of a process: its name and CPU seconds so far."""
+    out: dict[int, tuple[str, float]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+        ticks = fields.split()
+        out[int(tid)] = (name, (int(ticks[11]) + int(ticks[12])) / _CLOCK_TICKS)  # utime, stime
+    return out
+
+
+def thread_group(name: str) -> str:
+    return next((g for g, prefixes in STREAM_THREADS if name.startswith(prefixes)), "other")
+
+
 class ProcessSampler:
-    """RSS and CPU of every process of the platform, by role."""
+    """RSS and CPU of every process of the platform, by role; the stream JVM's CPU by thread
+    group too (STREAM_THREADS)."""
 
     def __init__(self, soak: Soak) -> None:
         self.soak = soak
         self._cpu: dict[int, float] = {}
+        self._threads: dict[int, dict[int, tuple[str, float]]] = {}
+        self.other_threads: Counter[str] = Counter()
+        """CPU seconds of the stream JVM's "other" threads by name, over the run."""
         self._at = time.monotonic()
         self._wall_at = time.time()
 
@@ -243,6 +327,8 @@ class ProcessSampler:
         cpu_s = dict.fromkeys(ROLES, 0.0)
         born = dict.fromkeys(ROLES, 0.0)  # the role's youngest process
         cpu_now: dict[int, float] = {}
+        threads_now: dict[int, dict[int, tuple[str, float]]] = {}
+        by_thread = dict.fromkeys(THREAD_GROUPS, 0.0)
         for proc, role in self._processes(workers):
             try:
                 mem = proc.memory_info().rss
@@ -259,11 +345,24 @@ class ProcessSampler:
             born[role] = max(born[role], created)
             new = created > self._wall_at  # born since the last sample
             cpu_s[role] += used - self._cpu.get(proc.pid, 0.0 if new else used)
+            if role == "stream-jvm":
+                threads = threads_now[proc.pid] = thread_cpu_s(proc.pid)
+                seen = self._threads.get(proc.pid, {} if new else None)
+                if seen is None:  # first sight of a JVM older than the sampler: a baseline
+                    continue
+                # (a thread that ended since the last sample is not counted for that interval)
+                for tid, (name, seconds) in threads.items():
+                    spent, group = seconds - seen.get(tid, ("", 0.0))[1], thread_group(name)
+                    by_thread[group] += spent
+                    if group == "other":
+                        self.other_threads[name] += spent
         now = time.monotonic()
         wall, self._at, self._cpu = now - self._at, now, cpu_now
+        self._threads = threads_now
         self._wall_at = time.time()
         out = {f"rss_mb_{r}": rss[r] for r in ROLES}
         out |= {f"cpu_pct_{r}": 100 * cpu_s[r] / wall for r in ROLES}
+        out |= {f"stream_jvm_cpu_pct_{g}": 100 * s / wall for g, s in by_thread.items()}
         out |= {f"age_s_{r}": self._wall_at - born[r] for r in ROLES if born[r]}
         out["rss_mb_total"] = sum(rss.values())
         return out
@@ -576,9 +675,27 @@ def plot(rows: list[dict[str, float]], faults: list[FaultRecord], path: Path) ->
 
     panels: list[tuple[str, list[str]]] = [
         ("micro-batch (ms, median a sample)", ["batch_ms_p50", "batch_less_eviction_ms_p50"]),
-        ("eviction and commit (ms)", ["eviction_ms_p50", "commit_ms_p50", "write_ms_p50"]),
+        (
+            "eviction, commits, planning (ms)",
+            [
+                "eviction_ms_p50",
+                "commit_ms_p50",
+                "write_ms_p50",
+                "planning_ms_p50",
+                "state_commit_ms_p50",
+            ],
+        ),
+        ("a micro-batch: fixed ms, ms per 1,000 rows", ["batch_fixed_ms", "batch_ms_per_krow"]),
         ("dedup state", ["state_rows", "state_memory_mb", "state_sst_mb"]),
-        ("state per row", ["state_updates_ms_per_krow", "rocksdb_get_us"]),
+        ("state per row", ["state_updates_ms_per_krow", "rocksdb_get_us", "rocksdb_put_us"]),
+        (
+            "RocksDB compaction per 1,000 rows",
+            ["compaction_written_kb_per_krow", "compaction_ms_per_krow"],
+        ),
+        (
+            "stream JVM CPU by thread (% of a core)",
+            [f"stream_jvm_cpu_pct_{g}" for g in THREAD_GROUPS],
+        ),
         ("lag (records)", ["lag"]),
         ("RSS (MB)", [f"rss_mb_{r}" for r in ROLES] + ["rss_mb_total"]),
         ("CPU (% of a core)", [f"cpu_pct_{r}" for r in ROLES]),
@@ -591,7 +708,8 @@ def plot(rows: list[dict[str, float]], faults: list[FaultRecord], path: Path) ->
         for name in names:
             values = [r.get(name, np.nan) for r in rows]
             if not np.allclose(np.nan_to_num(values), 0):
-                ax.plot(minutes, values, label=name.replace("rss_mb_", "").replace("cpu_pct_", ""))
+                label = name.replace("rss_mb_", "").replace("stream_jvm_cpu_pct_", "")
+                ax.plot(minutes, values, label=label.replace("cpu_pct_", ""))
         for f in faults:
             ax.axvline(f.at_s / 60, color="grey", linestyle=":", linewidth=1)
         ax.set_title(title, fontsize=10)
@@ -671,7 +789,9 @@ def main(
         )
         soak.started = started_at = time.time()
         soak.producer.start()
-        rows, faults = sample_until_done(soak, minutes * 60, sample_every, fault_every * 60, rate)
+        rows, faults, others = sample_until_done(
+            soak, minutes * 60, sample_every, fault_every * 60, rate
+        )
         soak.producer.join(600)
         produced = json.loads(report_file.read_text())
         print("producer done; waiting for the stream to catch up")
@@ -688,6 +808,7 @@ def main(
     summary["final_storage"] = final_storage
     summary["started_at"] = datetime.fromtimestamp(started_at, UTC).isoformat()
     summary["trigger_interval"] = trigger_interval
+    summary["stream_jvm_other_threads_cpu_s"] = dict(others.most_common(12))
     plot(rows, faults, out_dir / "soak.png")
     write_figures(out_dir / "soak.json", summary)
     print_summary(summary)
@@ -711,8 +832,9 @@ def _wait(predicate: Callable[[], bool], timeout_s: float) -> bool:
 
 def sample_until_done(
     soak: Soak, run_s: float, every_s: float, fault_every_s: float, rate: float
-) -> tuple[list[dict[str, float]], list[FaultRecord]]:
-    """Sample every `every_s` while the producer runs; faults from a thread of their own."""
+) -> tuple[list[dict[str, float]], list[FaultRecord], Counter[str]]:
+    """Sample every `every_s` while the producer runs; faults from a thread of their own. Also
+    the CPU seconds of the stream JVM's ungrouped threads by name."""
     batches = BatchReader(soak.progress_file)
     batches.new_batches()  # the start's own batches are not the soak's
     processes = ProcessSampler(soak)
@@ -755,7 +877,7 @@ def sample_until_done(
     injector.join(timeout=1200) if fault_every_s else None
     for r in rows:
         r["recovering"] = bool(r["recovering"])
-    return rows, faults
+    return rows, faults, processes.other_threads
 
 
 def _progress_line(row: dict[str, float]) -> str:
@@ -828,6 +950,9 @@ def print_summary(summary: dict[str, Any]) -> None:
             f"{name:34} {d['first_tenth']:11.1f} {d['last_tenth']:11.1f} {d['slope_per_h']:11.2f} "
             f"{d['slope_pct_per_h']:11.1f} {d['at_30_days']:11.1f}"
         )
+    print("\nthe stream JVM's ungrouped threads, CPU seconds over the run:")
+    for name, seconds in summary.get("stream_jvm_other_threads_cpu_s", {}).items():
+        print(f"  {name:28} {seconds:12.1f}")
     print("\ngrowth per day (from the run's first to last sample):")
     for name, value in sorted(summary["per_day"].items()):
         print(f"  {name:28} {value:12.1f}")
