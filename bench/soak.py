@@ -247,30 +247,28 @@ def batch_figures(batches: list[dict[str, Any]]) -> dict[str, float]:
         out["state_commit_ms_p50"] = float(np.median([s.get("commitTimeMs", 0) for s in state]))
         metrics = last.get("customMetrics") or {}
         every = [s.get("customMetrics") or {} for s in state]
+
+        def total(metric: str) -> float:
+            """A RocksDB metric summed over the sample's batches (each reports its own)."""
+            return float(sum(m.get(metric, 0) for m in every))
+
         out |= state_cost(
             rows=out["rows_in"],
             updates_ms=sum(s.get("allUpdatesTimeMs", 0) for s in state),
-            gets=sum(m.get("rocksdbGetCount", 0) for m in every),
-            get_ms=sum(m.get("rocksdbGetLatency", 0) for m in every),
+            gets=int(total("rocksdbGetCount")),
+            get_ms=total("rocksdbGetLatency"),
         )
-        puts = sum(m.get("rocksdbPutCount", 0) for m in every)
+        puts = total("rocksdbPutCount")
         rows_k = max(1, out["rows_in"]) / 1000
         out |= {
             # RocksDB's own work per row, behind the state's task time: a put's latency, what
             # its background compactions rewrite and how long writes were stalled for them
-            "rocksdb_put_us": (
-                1000 * sum(m.get("rocksdbPutLatency", 0) for m in every) / puts if puts else np.nan
+            "rocksdb_put_us": 1000 * total("rocksdbPutLatency") / puts if puts else np.nan,
+            "compaction_written_kb_per_krow": (
+                total("rocksdbTotalBytesWrittenByCompaction") / 1024 / rows_k
             ),
-            "compaction_written_kb_per_krow": sum(
-                m.get("rocksdbTotalBytesWrittenByCompaction", 0) for m in every
-            )
-            / 1024
-            / rows_k,
-            "compaction_ms_per_krow": sum(
-                m.get("rocksdbTotalCompactionLatencyMs", 0) for m in every
-            )
-            / rows_k,
-            "writer_stall_ms": float(sum(m.get("rocksdbWriterStallLatencyMs", 0) for m in every)),
+            "compaction_ms_per_krow": total("rocksdbTotalCompactionLatencyMs") / rows_k,
+            "writer_stall_ms": total("rocksdbWriterStallLatencyMs"),
             "eviction_ms_p50": float(np.median(eviction)),
             "batch_less_eviction_ms_p50": float(
                 np.median([d - e for d, e in zip(duration, eviction_wall, strict=False)])
