@@ -25,6 +25,7 @@ import pytest
 from confluent_kafka import Producer
 from dagster._core.test_utils import create_run_for_test
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 from kafka_topics import KEEP_FOREVER, set_retention
 from lake_readers import read_delta
 from live_stream import run_available_now
@@ -404,6 +405,39 @@ def test_a_day_closes_on_the_streams_clock_even_when_event_time_runs_ahead(
     assert _closed(fifth) == {}
     rows = read_delta(engine_settings.table_uri(flow.table))
     assert pc.sum(pc.equal(rows["date"], day)).as_py() == kept
+
+
+def test_the_table_is_not_read_on_ticks_before_a_date_can_close(
+    spark: Any, defs: Any, flow: Any, engine_settings: Any, kafka_conf: Any
+) -> None:
+    """A stream on its first day: the first tick reads the table for its oldest date; later
+    ticks, while no date can have closed by the clock, read neither the table's log nor Kafka
+    for it (a read costs what the open date's files cost, which grow all day). A table whose
+    log no longer reads shows it: those ticks still succeed, close nothing, and keep the
+    cursor."""
+    producer = Producer(quiet_client_config(kafka_conf))
+    rng = random.Random(5)
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    for p in range(flow.topic_partitions):
+        event = call_event(rng, now_ms - 60_000)
+        producer.produce(flow.topic, event.SerializeToString(), partition=p, timestamp=now_ms)
+    assert producer.flush(30) == 0
+    run_available_now(spark, flow, engine_settings, kafka_conf)
+    with dg.instance_for_test() as instance:
+        first = evaluate(defs, instance, kafka_conf)
+        assert _closed(first) == {}
+        watch_from = json.loads(first.cursor or "{}")["watch_from"]
+        assert flow.closes_at(datetime.fromisoformat(watch_from).date()) > datetime.now(UTC)
+
+        log = Path(engine_settings.table_uri(flow.table)) / "_delta_log"
+        newest = max(log.glob("*.json"))
+        (log / f"{int(newest.stem) + 1:020d}.json").write_text("not a Delta commit\n")
+        with pytest.raises(DeltaError, match="Json error"):
+            DeltaTable(str(log.parent))
+        for _ in range(2):
+            later = evaluate(defs, instance, kafka_conf, first.cursor)
+            assert _closed(later) == {}
+            assert json.loads(later.cursor or "{}")["watch_from"] == watch_from
 
 
 def test_the_anomaly_detector_is_supervised_like_a_stream(
