@@ -30,7 +30,7 @@ from tidelake.assets.stream.health import (
 )
 from tidelake.assets.stream.supervisor_decision import Decision, RunView, SupervisorPolicy
 from tidelake.assets.tables.keys import table_key
-from tidelake.streaming.delta.progress import table_progress
+from tidelake.streaming.delta.progress import TableProgress, table_progress
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.offsets import KafkaSourceError
 from tidelake.streaming.settings import EngineSettings
@@ -120,16 +120,17 @@ def _close_partitions(
     clock (the oldest date still open now: a row still to come is of a date open when it is
     read). The table is read again only for the closed dates' figures."""
     at = datetime.fromtimestamp(now, UTC)
+    progress = None
     if cursor.closed_through:
         first = date.fromisoformat(cursor.closed_through) + timedelta(days=1)
     elif cursor.watch_from:
         first = date.fromisoformat(cursor.watch_from)
     else:
         progress = table_progress(table_uri, flow)
-        oldest = min(progress.rows_by_date) if progress and progress.rows_by_date else None
+        oldest = _oldest_row_date(flow, progress)
         first = _oldest_open_date(flow, at)
         if oldest is not None:
-            first = min(first, date.fromisoformat(oldest))
+            first = min(first, oldest)
         cursor.watch_from = first.isoformat()
     first = max(first, flow.first_date)
     if flow.closes_at(first) > at:
@@ -140,11 +141,11 @@ def _close_partitions(
         return []  # the health observation reports Kafka's error; close on a later tick
     if not days:
         return []
-    progress = table_progress(table_uri, flow)
+    if progress is None:  # not read on this tick yet (or no table then)
+        progress = table_progress(table_uri, flow)
     if not cursor.closed_through:  # nothing announced yet: the table's oldest date comes first
-        rows = progress.rows_by_date if progress is not None else {}
-        oldest = max(flow.first_date, date.fromisoformat(min(rows))).isoformat() if rows else None
-        empty = [day for day in days if oldest is None or day < oldest]
+        oldest = _oldest_row_date(flow, progress)
+        empty = [day for day in days if oldest is None or date.fromisoformat(day) < oldest]
         if empty:  # closed for good before the table's first row: never asked about again
             cursor.watch_from = (date.fromisoformat(empty[-1]) + timedelta(days=1)).isoformat()
         days = days[len(empty) :]
@@ -168,6 +169,13 @@ def _close_partitions(
         )
         cursor.closed_through = day
     return events
+
+
+def _oldest_row_date(flow: FlowSpec, progress: TableProgress | None) -> date | None:
+    """The table's oldest date with rows, not before the flow's first date; None if none."""
+    if progress is None or not progress.rows_by_date:
+        return None
+    return max(flow.first_date, date.fromisoformat(min(progress.rows_by_date)))
 
 
 def _oldest_open_date(flow: FlowSpec, at: datetime) -> date:
