@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help dev dev-s3 dev-secured schema-registry bench-s3 bench-framed bench-secured venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster soak bench-delta-log bench-dagster-history bench-dedup-state bench-driver-memory bench-faults broker clean
+.PHONY: help dev dev-s3 dev-secured schema-registry bench-s3 bench-framed bench-secured venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster soak bench-delta-log bench-open-date bench-dagster-history bench-dedup-state bench-driver-memory bench-faults broker clean
 
 help:
 	@echo "make dev               the whole platform locally; Dagster UI on http://127.0.0.1:3000"
@@ -21,6 +21,7 @@ help:
 	@echo "make bench-cluster     the throughput benchmark on a Spark standalone cluster and on local[2]"
 	@echo "make soak              the platform for an hour at 6,000 events/s with faults: drift of every cost (SOAK_ARGS=...)"
 	@echo "make bench-delta-log   the stream's commit path on a log holding 30 days of commits, local disk and S3"
+	@echo "make bench-open-date   a date's small files: the stream's checkpoint and readers, daily vs hourly compaction (~25 min)"
 	@echo "make bench-dedup-state one stream's micro-batches before and after a 30 M-key backlog (~40 min)"
 	@echo "make bench-driver-memory the stream's Python driver over thousands of small micro-batches (~25 min)"
 	@echo "make bench-dagster-history  the supervisor's tick and the asset pages with 30 days of Dagster history"
@@ -116,6 +117,9 @@ bench-driver-memory: $(STAMP)
 
 bench-delta-log: $(STAMP)
 	cd bench && ../$(BIN)/python delta_log_age.py --out ../bench-results/delta-log.json
+
+bench-open-date: $(STAMP)
+	cd bench && ../$(BIN)/python open_date_files.py --out ../bench-results/open-date.json $(OPEN_DATE_ARGS)
 
 bench-dagster-history: test-packages
 	cd bench && ../$(BIN)/python dagster_history.py --out ../bench-results/dagster-history.json

@@ -1,6 +1,6 @@
 """All Dagster objects of one flow, made from its FlowSpec: the topic, table, quarantine and
 compaction assets, the table's backfill, the stream job and its supervisor, health and quality
-checks, vacuum and the Delta log's upkeep."""
+checks, vacuum and the hourly table upkeep (open dates compacted, Delta logs cut)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from tidelake.assets.tables.asset_specs import flow_asset_specs
 from tidelake.assets.tables.table_backfill import build_table_asset
 from tidelake.assets.tables.table_maintenance import (
     build_compaction_asset,
-    build_log_upkeep_job,
-    build_log_upkeep_schedule,
+    build_table_upkeep_job,
+    build_table_upkeep_schedule,
     build_vacuum_job,
     build_vacuum_schedule,
 )
@@ -32,7 +32,7 @@ def flow_definitions(
     quality = build_quality_checks(flow, settings)
     stream_job = build_stream_job(flow, settings)
     vacuum_job = build_vacuum_job(flow, settings)
-    log_upkeep_job = build_log_upkeep_job(flow, settings)
+    table_upkeep_job = build_table_upkeep_job(flow, settings)
     return dg.Definitions(
         assets=[
             topic,
@@ -41,10 +41,10 @@ def flow_definitions(
             build_compaction_asset(flow, settings),
         ],
         asset_checks=[build_stream_checks(flow, settings, policy), *quality],
-        jobs=[stream_job, vacuum_job, log_upkeep_job],
+        jobs=[stream_job, vacuum_job, table_upkeep_job],
         schedules=[
             build_vacuum_schedule(flow, vacuum_job),
-            build_log_upkeep_schedule(flow, log_upkeep_job),
+            build_table_upkeep_schedule(flow, table_upkeep_job),
         ],
         sensors=[
             build_supervisor_sensor(flow, stream_job, settings, policy),

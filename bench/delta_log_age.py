@@ -145,7 +145,7 @@ class LogWriter:
         return [i.base_name for i in self.fs.get_file_info(FileSelector(self.log))]
 
 
-def _commit_info(at_s: float, operation: str, read_version: int, **more: object) -> str:
+def commit_info_line(at_s: float, operation: str, read_version: int, **more: object) -> str:
     return json.dumps(
         {
             "commitInfo": {
@@ -161,7 +161,7 @@ def _commit_info(at_s: float, operation: str, read_version: int, **more: object)
     )
 
 
-def _add(path: str, day: date, at_s: float, size: int, stats: str, data_change: bool) -> str:
+def add_line(path: str, day: date, at_s: float, size: int, stats: str, data_change: bool) -> str:
     return json.dumps(
         {
             "add": {
@@ -176,7 +176,7 @@ def _add(path: str, day: date, at_s: float, size: int, stats: str, data_change: 
     )
 
 
-def _remove(path: str, day: date, at_s: float, size: int) -> str:
+def remove_line(path: str, day: date, at_s: float, size: int) -> str:
     return json.dumps(
         {
             "remove": {
@@ -228,7 +228,7 @@ def write_checkpoint(
     fs, root = filesystem(uri)
     scratch = f"{root}-scratch-{version}"
     fs.create_dir(f"{scratch}/_delta_log", recursive=True)
-    for n, lines in enumerate((head, [_commit_info(at_s, "WRITE", 0), *state])):
+    for n, lines in enumerate((head, [commit_info_line(at_s, "WRITE", 0), *state])):
         with fs.open_output_stream(f"{scratch}/_delta_log/{n:020d}.json") as out:
             out.write(("\n".join(lines) + "\n").encode())
     scratch_uri = uri + f"-scratch-{version}"
@@ -271,7 +271,7 @@ def grow_aged_log(uri: str, shape: StreamShape, sample: DataFile, now_s: float) 
     def stream_add(batch: int) -> tuple[str, str]:
         at = first_s + batch * period
         path = _stream_file(batch, day_of(at))
-        return path, _add(path, day_of(at), at, sample.size, sample.stats, True)
+        return path, add_line(path, day_of(at), at, sample.size, sample.stats, True)
 
     def txn(batch: int, at_s: float) -> str:
         return json.dumps(
@@ -286,7 +286,7 @@ def grow_aged_log(uri: str, shape: StreamShape, sample: DataFile, now_s: float) 
             for b in range(batch_at(max(first_s, day_start)), batch_at(day_start + DAY_S))
         ]
         path = f"date={day.isoformat()}/part-compacted-{day.isoformat()}.zstd.parquet"
-        return removed, [(path, _add(path, day, at_s, compacted_size, sample.stats, False))]
+        return removed, [(path, add_line(path, day, at_s, compacted_size, sample.stats, False))]
 
     # the state that the 30 days before the window leave, checkpointed at version 1
     first_batch = batch_at(window_start_s)
@@ -299,7 +299,7 @@ def grow_aged_log(uri: str, shape: StreamShape, sample: DataFile, now_s: float) 
         removed, added = compaction(day, compacted_at)
         if compacted_at > now_s - shape.file_retention_s:  # its tombstones still kept
             for path in removed:
-                state.remove(path, compacted_at, _remove(path, day, compacted_at, sample.size))
+                state.remove(path, compacted_at, remove_line(path, day, compacted_at, sample.size))
         for path, line in added:
             state.add(path, line)
     last_compacted = max((d for d in (today - timedelta(days=n) for n in range(1, shape.days + 1))
@@ -337,9 +337,9 @@ def grow_aged_log(uri: str, shape: StreamShape, sample: DataFile, now_s: float) 
         if compactions and at >= compactions[0][0]:
             day = compactions.pop(0)[1]
             removed, added = compaction(day, at)
-            lines = [_commit_info(at, "OPTIMIZE", 0)]
+            lines = [commit_info_line(at, "OPTIMIZE", 0)]
             for path in removed:
-                line = _remove(path, day, at, sample.size)
+                line = remove_line(path, day, at, sample.size)
                 state.remove(path, at, line)
                 lines.append(line)
             for path, line in added:
@@ -351,7 +351,7 @@ def grow_aged_log(uri: str, shape: StreamShape, sample: DataFile, now_s: float) 
         state.txn = txn(batch, at)
         batch_info = {"tidelake.app_id": APP_ID, "tidelake.batch": batch}
         entries.append(
-            Entry(at, [_commit_info(at, "WRITE", 0, **batch_info), state.txn, line],
+            Entry(at, [commit_info_line(at, "WRITE", 0, **batch_info), state.txn, line],
                   version=len(entries) + 2)
         )  # fmt: skip
         version = entries[-1].version

@@ -477,11 +477,27 @@ def folder_figures(name: str, root: Path, skip: str | None = None) -> dict[str, 
     return {f"{name}_files": float(files), f"{name}_mb": size / 2**20}
 
 
+def checkpoint_figures(name: str, table: Path) -> dict[str, float]:
+    """Live files and actions of the table's newest checkpoint (`_last_checkpoint`): what every
+    reader's snapshot holds and every checkpoint rewrites, as of the stream's last checkpoint
+    (at most delta.checkpointInterval commits ago)."""
+    try:
+        last = json.loads((table / "_delta_log" / "_last_checkpoint").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):  # none yet, or being replaced
+        return {}
+    return {
+        f"{name}_live_files": float(last.get("numOfAddFiles", np.nan)),
+        f"{name}_checkpoint_actions": float(last.get("size", np.nan)),
+    }
+
+
 def storage_figures(soak: Soak) -> dict[str, float]:
     out: dict[str, float] = {}
     out |= folder_figures("delta_log", soak.table / "_delta_log")
     out |= folder_figures("table", soak.table, skip="_delta_log")
     out |= folder_figures("quarantine", soak.quarantine, skip="_delta_log")
+    out |= checkpoint_figures("table", soak.table)
+    out |= checkpoint_figures("quarantine", soak.quarantine)
     out |= folder_figures("checkpoint", soak.checkpoint)
     out |= folder_figures("checkpoint_state", soak.checkpoint / "state")
     out |= folder_figures("dagster", soak.dagster_home)
@@ -698,6 +714,15 @@ def plot(rows: list[dict[str, float]], faults: list[FaultRecord], path: Path) ->
         ("RSS (MB)", [f"rss_mb_{r}" for r in ROLES] + ["rss_mb_total"]),
         ("CPU (% of a core)", [f"cpu_pct_{r}" for r in ROLES]),
         ("files", ["delta_log_files", "checkpoint_files", "table_files", "quarantine_files"]),
+        (
+            "live files and checkpoint actions (newest checkpoint)",
+            [
+                "table_live_files",
+                "quarantine_live_files",
+                "table_checkpoint_actions",
+                "quarantine_checkpoint_actions",
+            ],
+        ),
         ("MB on disk", ["delta_log_mb", "checkpoint_mb", "dagster_mb", "progress_log_mb"]),
     ]
     fig, axes = plt.subplots(len(panels), 1, figsize=(12, 3 * len(panels)), sharex=True)

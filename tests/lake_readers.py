@@ -41,6 +41,21 @@ def rows_added_by_version(path: str | Path) -> list[int]:
     return [now - before for before, now in zip([0, *counts], counts, strict=False)]
 
 
+def files_by_date(path: str | Path, column: str = "date") -> dict[str, int]:
+    """Live data files of each date partition in the current snapshot."""
+    dates = pa.table(_table(path).get_add_actions(flatten=True))[f"partition.{column}"]
+    counts: dict[str, int] = {}
+    for day in dates.to_pylist():
+        counts[str(day)] = counts.get(str(day), 0) + 1
+    return counts
+
+
+def rows_by_date(path: str | Path, column: str = "date") -> dict[str, int]:
+    """Rows of each date partition, counted by DuckDB."""
+    rows = duckdb_query(f"SELECT {column}::VARCHAR, count(*) FROM delta_scan('{path}') GROUP BY 1")
+    return dict(rows)
+
+
 def _table(path: str | Path) -> DeltaTable:
     return DeltaTable(str(path), storage_options=delta_storage_options(str(path)))
 

@@ -128,7 +128,7 @@ def _close_partitions(
     else:
         progress = table_progress(table_uri, flow)
         oldest = _oldest_row_date(flow, progress)
-        first = _oldest_open_date(flow, at)
+        first = flow.oldest_open_date(at)
         if oldest is not None:
             first = min(first, oldest)
         cursor.watch_from = first.isoformat()
@@ -176,11 +176,3 @@ def _oldest_row_date(flow: FlowSpec, progress: TableProgress | None) -> date | N
     if progress is None or not progress.rows_by_date:
         return None
     return max(flow.first_date, date.fromisoformat(min(progress.rows_by_date)))
-
-
-def _oldest_open_date(flow: FlowSpec, at: datetime) -> date:
-    """The oldest date that has not closed at `at` (FlowSpec.closes_at)."""
-    day = (at - flow.allowed_lateness).date() - timedelta(days=1)
-    while flow.closes_at(day) <= at:
-        day += timedelta(days=1)
-    return day

@@ -1,7 +1,10 @@
 """Table upkeep as Dagster objects: a daily-partitioned compaction asset per flow, a vacuum job
-on a schedule, and the Delta log's upkeep on an hourly one. Compaction and vacuum hold the
-table's pool slot, so they never overlap with each other or with a backfill of the same table;
-the log upkeep commits nothing and needs none."""
+on a schedule, and an hourly upkeep job that compacts the dates still open and keeps the Delta
+logs to their retention. Compaction and vacuum hold the table's pool slot, so they never overlap
+with each other or with a backfill of the same table; the log upkeep commits nothing and needs
+none, so it runs even while a backfill holds the slot."""
+
+from datetime import UTC, datetime
 
 import dagster as dg
 from deltalake.exceptions import TableNotFoundError
@@ -13,6 +16,7 @@ from tidelake.assets.tables.table_backfill import table_pool
 from tidelake.streaming.delta.maintenance import (
     DEFAULT_TARGET_FILE_BYTES,
     MIN_VACUUM_RETENTION_HOURS,
+    CompactionResult,
     compact_partition,
     upkeep_log,
     vacuum_table,
@@ -37,8 +41,10 @@ class VacuumConfig(dg.Config):
 
 
 def build_compaction_asset(flow: FlowSpec, settings: EngineSettings) -> dg.AssetsDefinition:
-    """Compacts one date of the table; runs by itself once the date is closed."""
+    """Compacts one date of the table and of its quarantine; runs by itself once the date is
+    closed."""
     uri = settings.table_uri(flow.table)
+    quarantine_uri = settings.table_uri(flow.quarantine_table)
 
     @dg.asset(
         key=compaction_key(flow),
@@ -49,7 +55,8 @@ def build_compaction_asset(flow: FlowSpec, settings: EngineSettings) -> dg.Asset
         owners=list(flow.owners),
         pool=table_pool(flow),
         automation_condition=after_blocking_checks(),
-        description=f"Small files of one date of {flow.table} rewritten into large ones. "
+        description=f"Small files of one date of {flow.table} and its quarantine rewritten into "
+        "large ones. "
         "Materialized automatically when the date closes (or is backfilled) and its blocking "
         "quality checks pass, or on demand.",
         metadata={"dagster/uri": uri},
@@ -58,19 +65,24 @@ def build_compaction_asset(flow: FlowSpec, settings: EngineSettings) -> dg.Asset
         context: dg.AssetExecutionContext, config: CompactionConfig
     ) -> dg.MaterializeResult:
         day = context.partition_key
-        result = compact_partition(uri, flow.partition_column, day, config.target_file_mb * 2**20)
-        context.log.info(
-            f"{day}: {result.before.files} files -> {result.after.files} in {result.seconds:.1f}s"
-        )
+        target = config.target_file_mb * 2**20
+        result = compact_partition(uri, flow.partition_column, day, target)
+        context.log.info(f"{flow.table} {day}: {_compaction_line(result)}")
+        quarantined = _compact_if_exists(quarantine_uri, flow.partition_column, day, target)
+        if quarantined is not None:
+            context.log.info(f"{flow.quarantine_table} {day}: {_compaction_line(quarantined)}")
         return dg.MaterializeResult(
             metadata={
-                "files_before": result.before.files,
-                "files_after": result.after.files,
-                "bytes_before": result.before.bytes,
-                "bytes_after": result.after.bytes,
+                **_compaction_metadata(result),
                 "dagster/row_count": result.after.rows,
-                "seconds": round(result.seconds, 2),
-                "table_version": result.table_version,
+                **(
+                    {}
+                    if quarantined is None
+                    else {
+                        "quarantine_files_before": quarantined.before.files,
+                        "quarantine_files_after": quarantined.after.files,
+                    }
+                ),
             }
         )
 
@@ -125,17 +137,66 @@ def build_vacuum_schedule(flow: FlowSpec, job: dg.JobDefinition) -> dg.ScheduleD
     )
 
 
-LOG_UPKEEP_CRON = "7 * * * *"
-"""Hourly: the stream's commits delete no expired log entry (the cleanup lists the whole log), so
-the log holds the retention plus at most about an hour of commits (docs/benchmarks.md, issue
-38)."""
+def _compact_if_exists(
+    table_uri: str, column: str, day: str, target_file_bytes: int
+) -> CompactionResult | None:
+    """compact_partition, or None for a table not created yet (a quarantine nothing went to)."""
+    try:
+        return compact_partition(table_uri, column, day, target_file_bytes)
+    except TableNotFoundError:
+        return None
 
 
-def build_log_upkeep_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefinition:
+def _compaction_line(result: CompactionResult) -> str:
+    return f"{result.before.files} files -> {result.after.files} in {result.seconds:.1f}s"
+
+
+def _compaction_metadata(result: CompactionResult) -> dict[str, int | float]:
+    return {
+        "files_before": result.before.files,
+        "files_after": result.after.files,
+        "bytes_before": result.before.bytes,
+        "bytes_after": result.after.bytes,
+        "seconds": round(result.seconds, 2),
+        "table_version": result.table_version,
+    }
+
+
+TABLE_UPKEEP_CRON = "7 * * * *"
+"""Hourly. The stream's commits delete no expired log entry (the cleanup lists the whole log), so
+the log holds the retention plus at most about an hour of commits; and a date's small files (a
+stream writes one or two a micro-batch) are at most an hour's until the date closes
+(docs/benchmarks.md, issue 38)."""
+
+
+def build_table_upkeep_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefinition:
     tables = {
         table_key(flow): settings.table_uri(flow.table),
         quarantine_key(flow): settings.table_uri(flow.quarantine_table),
     }
+
+    @dg.op(name=f"compact_open_dates_{flow.name}", pool=table_pool(flow))
+    def compact_open_dates(context: dg.OpExecutionContext, config: CompactionConfig) -> None:
+        """Compacts the dates the stream may still write (FlowSpec.open_dates), so that their
+        small files stay an hour's until the date's own compaction: a checkpoint carries every
+        live file, a reader of the date opens each one."""
+        days = [d.isoformat() for d in flow.open_dates(datetime.now(UTC))]
+        for key, uri in tables.items():
+            for day in days:
+                result = _compact_if_exists(
+                    uri, flow.partition_column, day, config.target_file_mb * 2**20
+                )
+                if result is None:
+                    context.log.info(f"{uri}: no table yet")
+                    break
+                context.log.info(f"{uri} {day}: {_compaction_line(result)}")
+                if result.before.files > result.after.files:
+                    context.log_event(
+                        dg.AssetObservation(
+                            asset_key=key,
+                            metadata={"open_date_compacted": day, **_compaction_metadata(result)},
+                        )
+                    )
 
     @dg.op(name=f"log_upkeep_{flow.name}")
     def log_upkeep(context: dg.OpExecutionContext) -> None:
@@ -169,24 +230,27 @@ def build_log_upkeep_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefi
             )
 
     @dg.job(
-        name=f"{flow.name}_log_upkeep",
-        description=f"Checkpoints the Delta logs of {flow.table} and its quarantine and deletes "
-        "their entries older than the log retention (TIDELAKE_DELTA_LOG_RETENTION): what the "
-        "stream's commits leave out so that their cost does not grow with the table's age.",
+        name=f"{flow.name}_table_upkeep",
+        description=f"Compacts the dates of {flow.table} and its quarantine that are still open, "
+        "and checkpoints their Delta logs and deletes the entries older than the log retention "
+        "(TIDELAKE_DELTA_LOG_RETENTION): what the stream's commits leave out so that their cost "
+        "does not grow with the table's age or the date's. The two are independent: the log "
+        "upkeep does not wait for the table's pool slot.",
     )
-    def log_upkeep_job() -> None:
+    def table_upkeep_job() -> None:
+        compact_open_dates()
         log_upkeep()
 
-    return log_upkeep_job
+    return table_upkeep_job
 
 
-def build_log_upkeep_schedule(flow: FlowSpec, job: dg.JobDefinition) -> dg.ScheduleDefinition:
+def build_table_upkeep_schedule(flow: FlowSpec, job: dg.JobDefinition) -> dg.ScheduleDefinition:
     return dg.ScheduleDefinition(
-        name=f"{flow.name}_log_upkeep_hourly",
+        name=f"{flow.name}_table_upkeep_hourly",
         job=job,
-        cron_schedule=LOG_UPKEEP_CRON,
+        cron_schedule=TABLE_UPKEEP_CRON,
         execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.RUNNING,
-        description="Hourly Delta log upkeep: a checkpoint, then entries older than the log "
-        "retention deleted.",
+        description="Hourly table upkeep: the open dates' small files compacted; a checkpoint of "
+        "each log, then its entries older than the log retention deleted.",
     )

@@ -210,6 +210,21 @@ class FlowSpec:
         start_ms = (day - _EPOCH).days * DAY_MS
         return datetime.fromtimestamp(self.closes_at_ms(start_ms) / 1000, UTC)
 
+    def oldest_open_date(self, at: datetime) -> date:
+        """The oldest date that has not closed at `at` (closes_at)."""
+        day = (at - self.allowed_lateness).date() - timedelta(days=1)
+        while self.closes_at(day) <= at:
+            day += timedelta(days=1)
+        return day
+
+    def open_dates(self, at: datetime) -> list[date]:
+        """The dates a record read at `at` may still land in: from the oldest open date to the
+        date of the latest event time accepted then (max_clock_skew ahead), the first flow date
+        at the earliest."""
+        day = max(self.oldest_open_date(at), self.first_date)
+        last = (at + self.max_clock_skew).date()
+        return [day + timedelta(days=n) for n in range((last - day).days + 1)]
+
     @property
     def validity_fields(self) -> tuple[str, ...]:
         """Fields that must be set (non-default) for a record to be accepted."""

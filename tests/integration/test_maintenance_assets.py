@@ -16,7 +16,7 @@ import dagster as dg
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
-from lake_readers import read_delta
+from lake_readers import files_by_date, read_delta, rows_by_date
 from live_stream import produce_and_stream
 from stores import copy_tree
 
@@ -128,12 +128,12 @@ def test_backfill_of_a_day_kafka_no_longer_holds_fails_before_spark(
     """Records of the first day deleted from Kafka (what retention does): its backfill fails in
     the planning step, which runs before the Spark session is built, and the table is kept.
     The same events on a topic of the test's own: the module's other tests read theirs."""
-    report, table_uri = setup.report, setup.table_uri
+    table_uri = setup.table_uri
     flow = dataclasses.replace(setup.flow, topic=topic_name)
     ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
-    produce_demo_events(flow, kafka_conf, progress=False, **EVENTS)
+    produced = produce_demo_events(flow, kafka_conf, progress=False, **EVENTS)
     defs = build_definitions({flow.name: flow}, setup.settings)  # the copy's lake, this topic
-    first, second = sorted(report.by_date)[:2]
+    first, second = sorted(produced.by_date)[:2]  # its own dates: midnight may have passed
     second_ms = int(datetime.fromisoformat(second).replace(tzinfo=UTC).timestamp() * 1000)
     probe = PartitionEnds(kafka_conf, "test", 10)
     try:
@@ -176,6 +176,7 @@ def test_compaction_asset_reports_files_before_and_after(setup: TableCopy) -> No
     (m,) = result.asset_materializations_for_node(f"lake__{flow.table}_compacted")
     assert m.metadata["files_before"].value > m.metadata["files_after"].value == 1
     assert m.metadata["dagster/row_count"].value == report.by_date[day]
+    assert m.metadata["quarantine_files_after"].value <= 1  # its refused rows are of today
     assert read_delta(table_uri).num_rows == report.good
 
 
@@ -201,26 +202,51 @@ def test_vacuum_job_observes_what_it_removed(setup: TableCopy) -> None:
     assert read_delta(table_uri).num_rows == report.good
 
 
-def test_log_upkeep_job_checkpoints_and_observes_the_log(setup: TableCopy) -> None:
+def test_table_upkeep_compacts_the_open_dates_and_checkpoints_the_logs(setup: TableCopy) -> None:
     flow, report, table_uri, defs = setup.flow, setup.report, setup.table_uri, setup.defs
-    job = defs.resolve_job_def(f"{flow.name}_log_upkeep")
-    assert job.graph.node_defs[0].pool is None  # it commits nothing: no table slot
+    quarantine_uri = setup.settings.table_uri(flow.quarantine_table)
+    job = defs.resolve_job_def(f"{flow.name}_table_upkeep")
+    pools = {node.name: node.definition.pool for node in job.graph.nodes}
+    assert pools == {  # the log upkeep commits nothing: no table slot
+        f"compact_open_dates_{flow.name}": f"tidelake_table_{flow.name}",
+        f"log_upkeep_{flow.name}": None,
+    }
+    tables = (table_uri, quarantine_uri)
+    files = {uri: files_by_date(uri) for uri in tables}
+    rows = {uri: rows_by_date(uri) for uri in tables}
+    open_before = {d.isoformat() for d in flow.open_dates(datetime.now(UTC))}
     with dg.instance_for_test() as instance:
         result = job.execute_in_process(instance=instance)
+    open_dates = open_before & {d.isoformat() for d in flow.open_dates(datetime.now(UTC))}
     assert result.success
-    observed = {
-        e.event_specific_data.asset_observation.asset_key: e.event_specific_data.asset_observation
-        for e in result.all_events
-        if e.event_type_value == "ASSET_OBSERVATION"
-    }
+    for uri in tables:
+        after = files_by_date(uri)
+        assert {d: n for d, n in files[uri].items() if d not in open_dates} == {
+            d: n for d, n in after.items() if d not in open_dates
+        }  # closed dates wait for their own compaction
+        assert {d: after[d] for d in files[uri] if d in open_dates} == {
+            d: 1 for d in files[uri] if d in open_dates
+        }
+        assert rows_by_date(uri) == rows[uri]
+    compacted = [d for d in files[table_uri] if d in open_dates and files[table_uri][d] > 1]
+    assert compacted and any(files[quarantine_uri][d] > 1 for d in open_dates)
+    assert sum(rows[table_uri].values()) == report.good
+    observed: dict[dg.AssetKey, list[dict[str, Any]]] = {}
+    for event in result.all_events:
+        if event.event_type_value == "ASSET_OBSERVATION":
+            observation = event.event_specific_data.asset_observation
+            observed.setdefault(observation.asset_key, []).append(observation.metadata)
     assert set(observed) == {table_key(flow), dg.AssetKey(["lake", flow.quarantine_table])}
-    table = observed[table_key(flow)].metadata
-    assert table["delta_log_files"].value > 0
-    assert f"{table['table_version'].value:020d}.checkpoint.parquet" in os.listdir(
+    table = observed[table_key(flow)]
+    assert {m["open_date_compacted"].value for m in table if "open_date_compacted" in m} == set(
+        compacted
+    )
+    (log,) = [m for m in table if "delta_log_files" in m]
+    assert log["delta_log_files"].value > 0
+    assert f"{log['table_version'].value:020d}.checkpoint.parquet" in os.listdir(
         f"{table_uri}/_delta_log"
     )
-    assert read_delta(table_uri).num_rows == report.good
-    schedule = defs.resolve_schedule_def(f"{flow.name}_log_upkeep_hourly")
+    schedule = defs.resolve_schedule_def(f"{flow.name}_table_upkeep_hourly")
     assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
 
 

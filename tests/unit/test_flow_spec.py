@@ -290,3 +290,16 @@ def test_a_date_closes_at_its_end_plus_the_allowed_lateness() -> None:
     assert CALL_EVENTS.closes_at_ms(last_ms + 1) == int(closes.timestamp() * 1000) + 86_400_000
     before_1970 = -1  # 1969-12-31 23:59:59.999 closes at 1970-01-01 02:00
     assert CALL_EVENTS.closes_at_ms(before_1970) == 2 * 3_600_000
+
+
+def test_the_open_dates_run_from_the_oldest_not_closed_to_the_clock_skew_ahead() -> None:
+    def open_dates(hour: int, minute: int = 0) -> list[str]:
+        at = datetime(2026, 11, 21, hour, minute, tzinfo=UTC)
+        return [d.isoformat() for d in CALL_EVENTS.open_dates(at)]
+
+    assert open_dates(1, 59) == ["2026-11-20", "2026-11-21"]  # the 20th closes at 02:00
+    assert open_dates(2) == ["2026-11-21"]
+    assert open_dates(23) == ["2026-11-21", "2026-11-22"]  # an hour of clock skew ahead
+    assert CALL_EVENTS.oldest_open_date(datetime(2026, 11, 21, 2, tzinfo=UTC)) == date(2026, 11, 21)
+    late_start = dataclasses.replace(CALL_EVENTS, first_date=date(2026, 11, 21))
+    assert late_start.open_dates(datetime(2026, 11, 21, 1, tzinfo=UTC)) == [date(2026, 11, 21)]
