@@ -236,7 +236,8 @@ def main(
                 + ", ".join(_figure(figures, name) for name in READERS)
             )
             per_hour = {"table": files_per_hour, "quarantine": quarantine_files_per_hour}
-            write_figures(out, {"files_per_hour": per_hour, "runs": results})
+            limits = {"seconds": reader_limit_s, "mb": reader_limit_mb, "repeats": repeats}
+            write_figures(out, {"files_per_hour": per_hour, "readers": limits, "runs": results})
             shutil.rmtree(uri)
 
 

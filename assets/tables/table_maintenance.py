@@ -4,7 +4,10 @@ logs to their retention. Compaction and vacuum hold the table's pool slot, so th
 with each other or with a backfill of the same table; the log upkeep commits nothing and needs
 none, so it runs even while a backfill holds the slot."""
 
+from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
+from typing import TypeVar
 
 import dagster as dg
 from deltalake.exceptions import TableNotFoundError
@@ -68,7 +71,8 @@ def build_compaction_asset(flow: FlowSpec, settings: EngineSettings) -> dg.Asset
         target = config.target_file_mb * 2**20
         result = compact_partition(uri, flow.partition_column, day, target)
         context.log.info(f"{flow.table} {day}: {_compaction_line(result)}")
-        quarantined = _compact_if_exists(quarantine_uri, flow.partition_column, day, target)
+        compact = partial(compact_partition, quarantine_uri, flow.partition_column, day, target)
+        quarantined = _if_table_exists(context, quarantine_uri, compact)
         if quarantined is not None:
             context.log.info(f"{flow.quarantine_table} {day}: {_compaction_line(quarantined)}")
         return dg.MaterializeResult(
@@ -79,8 +83,7 @@ def build_compaction_asset(flow: FlowSpec, settings: EngineSettings) -> dg.Asset
                     {}
                     if quarantined is None
                     else {
-                        "quarantine_files_before": quarantined.before.files,
-                        "quarantine_files_after": quarantined.after.files,
+                        f"quarantine_{k}": v for k, v in _compaction_metadata(quarantined).items()
                     }
                 ),
             }
@@ -90,18 +93,15 @@ def build_compaction_asset(flow: FlowSpec, settings: EngineSettings) -> dg.Asset
 
 
 def build_vacuum_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefinition:
-    tables = {
-        table_key(flow): settings.table_uri(flow.table),
-        quarantine_key(flow): settings.table_uri(flow.quarantine_table),
-    }
+    tables = _flow_tables(flow, settings)
 
     @dg.op(name=f"vacuum_{flow.name}", pool=table_pool(flow))
     def vacuum(context: dg.OpExecutionContext, config: VacuumConfig) -> None:
         for key, uri in tables.items():
-            try:
-                result = vacuum_table(uri, config.retention_hours)
-            except TableNotFoundError:
-                context.log.info(f"{uri}: no table yet")
+            result = _if_table_exists(
+                context, uri, partial(vacuum_table, uri, config.retention_hours)
+            )
+            if result is None:
                 continue
             context.log.info(f"{uri}: removed {result.removed_files} files")
             context.log_event(
@@ -137,13 +137,26 @@ def build_vacuum_schedule(flow: FlowSpec, job: dg.JobDefinition) -> dg.ScheduleD
     )
 
 
-def _compact_if_exists(
-    table_uri: str, column: str, day: str, target_file_bytes: int
-) -> CompactionResult | None:
-    """compact_partition, or None for a table not created yet (a quarantine nothing went to)."""
+T = TypeVar("T")
+
+
+def _flow_tables(flow: FlowSpec, settings: EngineSettings) -> dict[dg.AssetKey, str]:
+    """The flow's Delta tables that upkeep looks after: the table and its quarantine."""
+    return {
+        table_key(flow): settings.table_uri(flow.table),
+        quarantine_key(flow): settings.table_uri(flow.quarantine_table),
+    }
+
+
+def _if_table_exists(
+    context: dg.OpExecutionContext | dg.AssetExecutionContext, uri: str, upkeep: Callable[[], T]
+) -> T | None:
+    """upkeep(), or None, logged, for a table not created yet (a quarantine nothing was refused
+    to, a flow whose stream never ran)."""
     try:
-        return compact_partition(table_uri, column, day, target_file_bytes)
+        return upkeep()
     except TableNotFoundError:
+        context.log.info(f"{uri}: no table yet")
         return None
 
 
@@ -162,6 +175,14 @@ def _compaction_metadata(result: CompactionResult) -> dict[str, int | float]:
     }
 
 
+UNFINISHED = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
+
 TABLE_UPKEEP_CRON = "7 * * * *"
 """Hourly. The stream's commits delete no expired log entry (the cleanup lists the whole log), so
 the log holds the retention plus at most about an hour of commits; and a date's small files (a
@@ -170,24 +191,22 @@ stream writes one or two a micro-batch) are at most an hour's until the date clo
 
 
 def build_table_upkeep_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefinition:
-    tables = {
-        table_key(flow): settings.table_uri(flow.table),
-        quarantine_key(flow): settings.table_uri(flow.quarantine_table),
-    }
+    tables = _flow_tables(flow, settings)
 
     @dg.op(name=f"compact_open_dates_{flow.name}", pool=table_pool(flow))
     def compact_open_dates(context: dg.OpExecutionContext, config: CompactionConfig) -> None:
         """Compacts the dates the stream may still write (FlowSpec.open_dates), so that their
         small files stay an hour's until the date's own compaction: a checkpoint carries every
-        live file, a reader of the date opens each one."""
+        live file, a reader of the date opens each one. A stream catching up after an outage
+        writes dates closed by the clock in large batches (few files); their compaction follows
+        their close."""
         days = [d.isoformat() for d in flow.open_dates(datetime.now(UTC))]
+        target = config.target_file_mb * 2**20
         for key, uri in tables.items():
             for day in days:
-                result = _compact_if_exists(
-                    uri, flow.partition_column, day, config.target_file_mb * 2**20
-                )
+                compact = partial(compact_partition, uri, flow.partition_column, day, target)
+                result = _if_table_exists(context, uri, compact)
                 if result is None:
-                    context.log.info(f"{uri}: no table yet")
                     break
                 context.log.info(f"{uri} {day}: {_compaction_line(result)}")
                 if result.before.files > result.after.files:
@@ -201,10 +220,8 @@ def build_table_upkeep_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDe
     @dg.op(name=f"log_upkeep_{flow.name}")
     def log_upkeep(context: dg.OpExecutionContext) -> None:
         for key, uri in tables.items():
-            try:
-                result = upkeep_log(uri)
-            except TableNotFoundError:
-                context.log.info(f"{uri}: no table yet")
+            result = _if_table_exists(context, uri, partial(upkeep_log, uri))
+            if result is None:
                 continue
             context.log.info(
                 f"{uri}: checkpoint at version {result.table_version} in "
@@ -234,8 +251,8 @@ def build_table_upkeep_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDe
         description=f"Compacts the dates of {flow.table} and its quarantine that are still open, "
         "and checkpoints their Delta logs and deletes the entries older than the log retention "
         "(TIDELAKE_DELTA_LOG_RETENTION): what the stream's commits leave out so that their cost "
-        "does not grow with the table's age or the date's. The two are independent: the log "
-        "upkeep does not wait for the table's pool slot.",
+        "does not grow with the table's age or the date's. Only the compaction takes the table's "
+        "pool slot: while a backfill holds it, the log upkeep runs and the compaction waits.",
     )
     def table_upkeep_job() -> None:
         compact_open_dates()
@@ -245,10 +262,18 @@ def build_table_upkeep_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDe
 
 
 def build_table_upkeep_schedule(flow: FlowSpec, job: dg.JobDefinition) -> dg.ScheduleDefinition:
+    def no_run_in_progress(context: dg.ScheduleEvaluationContext) -> bool:
+        """One upkeep at a time: a run waiting for the slot behind a long backfill is enough."""
+        runs = context.instance.get_runs(
+            dg.RunsFilter(job_name=job.name, statuses=UNFINISHED), limit=1
+        )
+        return not runs
+
     return dg.ScheduleDefinition(
         name=f"{flow.name}_table_upkeep_hourly",
         job=job,
         cron_schedule=TABLE_UPKEEP_CRON,
+        should_execute=no_run_in_progress,
         execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.RUNNING,
         description="Hourly table upkeep: the open dates' small files compacted; a checkpoint of "

@@ -218,9 +218,11 @@ class FlowSpec:
         return day
 
     def open_dates(self, at: datetime) -> list[date]:
-        """The dates a record read at `at` may still land in: from the oldest open date to the
-        date of the latest event time accepted then (max_clock_skew ahead), the first flow date
-        at the earliest."""
+        """The dates a record that reaches Kafka at `at` may land in: from the oldest open date
+        to the date of the latest event time accepted then (max_clock_skew ahead), the first
+        flow date at the earliest. A stream behind its topic still writes records that reached
+        Kafka earlier, into dates that have closed by the clock since."""
+        at = at.astimezone(UTC)
         day = max(self.oldest_open_date(at), self.first_date)
         last = (at + self.max_clock_skew).date()
         return [day + timedelta(days=n) for n in range((last - day).days + 1)]

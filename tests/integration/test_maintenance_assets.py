@@ -22,6 +22,7 @@ from stores import copy_tree
 
 from tidelake.assets.definitions import build_definitions
 from tidelake.assets.tables.keys import compaction_key, table_key
+from tidelake.assets.tables.table_backfill import table_pool
 from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic, quiet_client_config
@@ -176,7 +177,7 @@ def test_compaction_asset_reports_files_before_and_after(setup: TableCopy) -> No
     (m,) = result.asset_materializations_for_node(f"lake__{flow.table}_compacted")
     assert m.metadata["files_before"].value > m.metadata["files_after"].value == 1
     assert m.metadata["dagster/row_count"].value == report.by_date[day]
-    assert m.metadata["quarantine_files_after"].value <= 1  # its refused rows are of today
+    assert m.metadata["quarantine_files_after"].value <= 1  # dated by Kafka's clock: few here
     assert read_delta(table_uri).num_rows == report.good
 
 
@@ -208,7 +209,7 @@ def test_table_upkeep_compacts_the_open_dates_and_checkpoints_the_logs(setup: Ta
     job = defs.resolve_job_def(f"{flow.name}_table_upkeep")
     pools = {node.name: node.definition.pool for node in job.graph.nodes}
     assert pools == {  # the log upkeep commits nothing: no table slot
-        f"compact_open_dates_{flow.name}": f"tidelake_table_{flow.name}",
+        f"compact_open_dates_{flow.name}": table_pool(flow),
         f"log_upkeep_{flow.name}": None,
     }
     tables = (table_uri, quarantine_uri)
@@ -217,19 +218,20 @@ def test_table_upkeep_compacts_the_open_dates_and_checkpoints_the_logs(setup: Ta
     open_before = {d.isoformat() for d in flow.open_dates(datetime.now(UTC))}
     with dg.instance_for_test() as instance:
         result = job.execute_in_process(instance=instance)
-    open_dates = open_before & {d.isoformat() for d in flow.open_dates(datetime.now(UTC))}
+    open_after = {d.isoformat() for d in flow.open_dates(datetime.now(UTC))}
+    open_throughout, ever_open = open_before & open_after, open_before | open_after
     assert result.success
     for uri in tables:
         after = files_by_date(uri)
-        assert {d: n for d, n in files[uri].items() if d not in open_dates} == {
-            d: n for d, n in after.items() if d not in open_dates
+        assert {d: n for d, n in files[uri].items() if d not in ever_open} == {
+            d: n for d, n in after.items() if d not in ever_open
         }  # closed dates wait for their own compaction
-        assert {d: after[d] for d in files[uri] if d in open_dates} == {
-            d: 1 for d in files[uri] if d in open_dates
+        assert {d: after[d] for d in files[uri] if d in open_throughout} == {
+            d: 1 for d in files[uri] if d in open_throughout
         }
         assert rows_by_date(uri) == rows[uri]
-    compacted = [d for d in files[table_uri] if d in open_dates and files[table_uri][d] > 1]
-    assert compacted and any(files[quarantine_uri][d] > 1 for d in open_dates)
+    compacted = [d for d in files[table_uri] if d in open_throughout and files[table_uri][d] > 1]
+    assert compacted and any(files[quarantine_uri].get(d, 0) > 1 for d in open_throughout)
     assert sum(rows[table_uri].values()) == report.good
     observed: dict[dg.AssetKey, list[dict[str, Any]]] = {}
     for event in result.all_events:
@@ -238,7 +240,7 @@ def test_table_upkeep_compacts_the_open_dates_and_checkpoints_the_logs(setup: Ta
             observed.setdefault(observation.asset_key, []).append(observation.metadata)
     assert set(observed) == {table_key(flow), dg.AssetKey(["lake", flow.quarantine_table])}
     table = observed[table_key(flow)]
-    assert {m["open_date_compacted"].value for m in table if "open_date_compacted" in m} == set(
+    assert {m["open_date_compacted"].value for m in table if "open_date_compacted" in m} >= set(
         compacted
     )
     (log,) = [m for m in table if "delta_log_files" in m]

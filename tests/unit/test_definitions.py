@@ -178,3 +178,17 @@ def test_sensor_intervals_are_the_settings(tmp_path: Path) -> None:
     supervisors = {name for name in intervals if name.endswith("_supervisor")}
     assert {"call_events_stream_supervisor", "call_anomaly_detector_supervisor"} <= supervisors
     assert {intervals[name] for name in supervisors} == {7}
+
+
+def test_the_hourly_table_upkeep_skips_while_a_run_of_it_is_unfinished() -> None:
+    """A run waits for the table's pool slot behind a backfill: the next hour's is not queued
+    behind it."""
+    schedule = defs.resolve_schedule_def(f"{CALL_EVENTS.name}_table_upkeep_hourly")
+    job = defs.resolve_job_def(f"{CALL_EVENTS.name}_table_upkeep")
+    with dg.instance_for_test() as instance:
+        idle = schedule.evaluate_tick(dg.build_schedule_context(instance=instance))
+        assert idle.run_requests is not None and len(idle.run_requests) == 1
+        instance.create_run_for_job(job_def=job, status=dg.DagsterRunStatus.STARTED)
+        busy = schedule.evaluate_tick(dg.build_schedule_context(instance=instance))
+        assert not busy.run_requests
+        assert busy.skip_message
