@@ -231,7 +231,7 @@ def test_table_upkeep_compacts_the_open_dates_and_checkpoints_the_logs(setup: Ta
         }
         assert rows_by_date(uri) == rows[uri]
     compacted = [d for d in files[table_uri] if d in open_throughout and files[table_uri][d] > 1]
-    assert compacted and any(files[quarantine_uri].get(d, 0) > 1 for d in open_throughout)
+    assert compacted  # the quarantine's open dates may hold one file: their check is the loop's
     assert sum(rows[table_uri].values()) == report.good
     observed: dict[dg.AssetKey, list[dict[str, Any]]] = {}
     for event in result.all_events:
