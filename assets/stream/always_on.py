@@ -27,6 +27,7 @@ from pyspark.sql.streaming import StreamingQuery
 from tidelake.assets.dagster_failures import step_failure
 from tidelake.assets.resources import KafkaResource
 from tidelake.assets.stream.health import recent_runs
+from tidelake.assets.stream.restart_pause import restarts_paused
 from tidelake.assets.stream.supervisor_decision import (
     Decision,
     RunState,
@@ -217,12 +218,12 @@ def build_supervisor(
         decision = decide(runs, now, policy)
         observed = observe(context, conf, decision, runs, now) if observe else Observed()
         events = list(observed.events)
-        if not decision.launch:
+        paused = restarts_paused(instance) if decision.launch else None
+        if not decision.launch or paused:
+            reason = f"{decision.reason}; not now: {paused}" if paused else decision.reason
             # the tick keeps the reason; a log line here would be a captured-log file per tick
             # in the instance's storage, which nothing ever deletes
-            return dg.SensorResult(
-                skip_reason=decision.reason, cursor=observed.cursor, asset_events=events
-            )
+            return dg.SensorResult(skip_reason=reason, cursor=observed.cursor, asset_events=events)
         context.log.info(decision.reason)
         request = dg.RunRequest(
             run_key=f"{tag}-{uuid.uuid4().hex[:12]}",

@@ -24,6 +24,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import dagster as dg
+
+from tidelake.assets.stream.restart_pause import pause_restarts, resume_restarts
 from tidelake.platform.dev.dagster_web import DagsterWeb, DagsterWebError
 from tidelake.platform.ingest_edge import flows_with_edges
 from tidelake.platform.local.kafka_broker import LocalKafkaBroker
@@ -47,6 +50,8 @@ from tidelake.streaming.stream.stop_signals import graceful_stop_signals
 log = logging.getLogger(__name__)
 
 DAGSTER_STOP_GRACE_S = 60.0
+RUN_STOP_GRACE_S = 60.0
+"""How long Ctrl-C waits for the terminated runs to end before `dg dev` is stopped."""
 
 
 class DevStackError(TidelakeError, RuntimeError):
@@ -406,19 +411,23 @@ def _serve_command(flow: str, address: str) -> list[str]:
 def _dagster_command(options: DevOptions) -> list[str]:
     """`dg dev`: Dagster's project command ([tool.dg] in pyproject.toml), the same webserver,
     daemon and code location as `dagster dev -w workspace.yaml`, which 1.13 marks superseded."""
-    dg = Path(sys.executable).with_name("dg")
-    return [str(dg), "dev", "--host", options.host, "--port", str(options.port)]
+    dg_cli = Path(sys.executable).with_name("dg")
+    return [str(dg_cli), "dev", "--host", options.host, "--port", str(options.port)]
 
 
 @contextlib.contextmanager
 def _dagster_dev(options: DevOptions, env: Mapping[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    """`dg dev`, stopped the way its runs end CANCELED rather than FAILURE: the active runs
-    are terminated through the webserver (streams stop between batches), then `dg dev` alone
+    """`dg dev`, stopped the way its runs end CANCELED rather than FAILURE: the supervisors'
+    restarts are paused (restart_pause: they would restart the streams being stopped), the
+    active runs are terminated through the webserver (streams stop between batches) and waited
+    for, then `dg dev` alone
     gets SIGINT and shuts its webserver, daemon and code servers down through their shutdown
     pipes; a code server waits for its runs to finish. Signalling the whole group instead would
     interrupt every process at once: tracebacks, and runs recorded as failed."""
     web = DagsterWeb(f"http://{options.host}:{options.port}")
     command = _dagster_command(options)
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        resume_restarts(instance)  # a dev stopped by SIGKILL left its pause behind
     with _process_group(
         command,
         env,
@@ -431,18 +440,35 @@ def _dagster_dev(options: DevOptions, env: Mapping[str, str]) -> Iterator[subpro
             yield dagster
         finally:
             if dagster.poll() is None:
+                with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+                    pause_restarts(instance, "tidelake dev is stopping")
                 _terminate_active_runs(web)
 
 
-def _terminate_active_runs(web: DagsterWeb) -> None:
+_ACTIVE_RUN_STATUSES = ["QUEUED", "STARTING", "STARTED", "CANCELING"]
+
+
+def _terminate_active_runs(web: DagsterWeb, grace_s: float = RUN_STOP_GRACE_S) -> None:
+    """Terminate the active runs and wait (up to grace_s) until none is active, so that `dg dev`
+    shuts its services down after its runs ended, not while a run worker is still stopping."""
     try:
-        active = web.runs(None, ["QUEUED", "STARTING", "STARTED"])
+        active = web.runs(None, _ACTIVE_RUN_STATUSES[:3])
     except DagsterWebError:
         return  # the webserver is not up (yet): its runs, if any, are stopped with the group
     for run in active:
         with contextlib.suppress(DagsterWebError):
             web.terminate_run(run["runId"])
             _say(f"stopping the {run['jobName']} run {run['runId'][:8]}")
+
+    def ended() -> bool | None:
+        try:
+            return None if web.runs(None, _ACTIVE_RUN_STATUSES) else True
+        except DagsterWebError:
+            return True  # the webserver went away: the group's stop takes over
+
+    if active:
+        with contextlib.suppress(TimeoutError):
+            poll_until(ended, timeout_s=grace_s, interval_s=0.5, timeout_error=TimeoutError)
 
 
 @contextlib.contextmanager

@@ -36,6 +36,7 @@ from tidelake.assets.resources import KafkaResource
 from tidelake.assets.stream import always_on
 from tidelake.assets.stream.always_on import STREAM_TAG
 from tidelake.assets.stream.health import HEALTH_HEARTBEAT_S
+from tidelake.assets.stream.restart_pause import pause_restarts, resume_restarts
 from tidelake.assets.stream.supervisor_decision import SupervisorPolicy
 from tidelake.assets.tables.asset_specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
 from tidelake.assets.tables.keys import table_key
@@ -158,6 +159,24 @@ def test_run_keys_are_unique_so_restarts_are_not_deduplicated(
         first = evaluate(defs, instance, kafka_conf).run_requests[0].run_key
         second = evaluate(defs, instance, kafka_conf).run_requests[0].run_key
     assert first != second
+
+
+def test_a_pause_of_the_restarts_keeps_a_canceled_stream_stopped_until_it_is_lifted(
+    make_instance: Any, defs: Any, kafka_conf: Any
+) -> None:
+    """What `tidelake dev` sets while it stops the platform: the canceled stream is not
+    restarted meanwhile, and is on the first tick after the pause is lifted."""
+    with make_instance() as instance:
+        (run_id,) = add_runs(instance, dg.DagsterRunStatus.CANCELED)
+        pause_restarts(instance, "tidelake dev is stopping")
+        paused = evaluate(defs, instance, kafka_conf)
+        resume_restarts(instance)
+        resumed = evaluate(defs, instance, kafka_conf)
+    assert not paused.run_requests
+    reason = paused.skip_reason.skip_message
+    assert reason.startswith(f"run {run_id} ended CANCELED; restarting; not now: ")
+    assert "tidelake dev is stopping (since " in reason
+    assert len(resumed.run_requests) == 1
 
 
 def test_sensor_skips_while_a_run_is_live(make_instance: Any, defs: Any, kafka_conf: Any) -> None:
