@@ -45,7 +45,8 @@ def engine_settings() -> EngineSettings:
 
 
 def spark_resource(settings: EngineSettings) -> LazyPySparkResource:
-    """The platform's Spark: built on first use, so sensors and checks never start a JVM."""
+    """The platform's Spark: built on first use, so sensors and the checks that read the Delta
+    log alone never start a JVM (the `expectations` check does)."""
     return LazyPySparkResource(
         spark_config=spark_session_conf(settings.spark_master, settings.spark_conf, "tidelake")
     )

@@ -10,7 +10,7 @@
 
 The first three run by themselves when a partition of the last 7 days is materialized (the
 supervisor closing the day, or a backfill), and on demand for any partition or range. Counts
-come from the Delta log's statistics; only the expectations read data.
+come from the Delta log's statistics; only the expectations read data, on the run's Spark.
 """
 
 import statistics
@@ -26,6 +26,7 @@ from tidelake.assets.tables.keys import daily_partitions, table_key
 from tidelake.streaming.delta.progress import table_progress
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.spark.session import host_session
 
 EXPECTATIONS = "expectations"
 VOLUME = "volume_vs_trailing_7_days"
@@ -34,6 +35,7 @@ QUARANTINE_SHARE = "quarantine_share"
 
 Verdict = tuple[bool, str, dict[str, Any]]
 """(passed, what was found, metadata) of one check on one date."""
+DayVerdict = Callable[[dg.AssetCheckExecutionContext, str], Verdict]
 
 
 def build_quality_checks(flow: FlowSpec, settings: EngineSettings) -> list[Any]:
@@ -42,14 +44,15 @@ def build_quality_checks(flow: FlowSpec, settings: EngineSettings) -> list[Any]:
     uri = settings.table_uri(flow.table)
     quarantine_uri = settings.table_uri(flow.quarantine_table)
 
-    def expectations_verdict(day: str) -> Verdict:
-        result = validate_partition(uri, flow, day)
+    def expectations_verdict(context: dg.AssetCheckExecutionContext, day: str) -> Verdict:
+        with host_session(context.resources.spark) as spark:
+            result = validate_partition(spark, uri, flow, day)
         return result.success, _summary(result), _expectation_metadata(result)
 
-    def volume_verdict_of(day: str) -> Verdict:
+    def volume_verdict_of(context: dg.AssetCheckExecutionContext, day: str) -> Verdict:
         return volume_verdict(flow, _rows_by_date(uri, flow), day)
 
-    def quarantine_verdict(day: str) -> Verdict:
+    def quarantine_verdict(context: dg.AssetCheckExecutionContext, day: str) -> Verdict:
         good = _rows_by_date(uri, flow).get(day, 0)
         bad = _rows_by_date(quarantine_uri, flow).get(day, 0)
         share = bad / (good + bad) if good + bad else 0.0
@@ -64,8 +67,9 @@ def build_quality_checks(flow: FlowSpec, settings: EngineSettings) -> list[Any]:
             EXPECTATIONS,
             expectations_verdict,
             True,
-            "The flow's Great Expectations suite on the day: columns, types, formats, enums, "
-            "ranges, event time inside the day, unique keys.",
+            "The flow's Great Expectations suite on the day, on Spark: columns, types, formats, "
+            "enums, ranges, event time inside the day, unique keys.",
+            {"spark"},
         ),
         (
             VOLUME,
@@ -73,17 +77,19 @@ def build_quality_checks(flow: FlowSpec, settings: EngineSettings) -> list[Any]:
             False,
             f"Rows of the day at least {1 - flow.volume_tolerance:.0%} of the median of the 7 "
             "days before.",
+            set(),
         ),
         (
             QUARANTINE_SHARE,
             quarantine_verdict,
             False,
             f"At most {flow.max_quarantine_share:.1%} of the day's records quarantined.",
+            set(),
         ),
     ]
     return [
-        _partition_check(key, partitions, name, verdict, blocking, description)
-        for name, verdict, blocking, description in checks
+        _partition_check(key, partitions, name, verdict, blocking, description, resources)
+        for name, verdict, blocking, description, resources in checks
     ]
 
 
@@ -91,9 +97,10 @@ def _partition_check(
     asset: dg.AssetKey,
     partitions: dg.PartitionsDefinition,
     name: str,
-    verdict: Callable[[str], Verdict],
+    verdict: DayVerdict,
     blocking: bool,
     description: str,
+    resources: set[str],
 ) -> dg.AssetChecksDefinition:
     """A per-date check that runs by itself on new dates (check_on_new_partitions) and on
     demand."""
@@ -107,6 +114,7 @@ def _partition_check(
         blocking=blocking,
         automation_condition=check_on_new_partitions(),
         description=description,
+        required_resource_keys=resources,
     )
     def partition_check(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
         yield from _evaluate(context, check, verdict, blocking)
@@ -117,7 +125,7 @@ def _partition_check(
 def _evaluate(
     context: dg.AssetCheckExecutionContext,
     check: dg.AssetCheckKey,
-    verdict: Callable[[str], Verdict],
+    verdict: DayVerdict,
     blocking: bool,
 ) -> Iterator[Any]:
     """One result per date: a single-date run gets an AssetCheckResult; a range run (a
@@ -127,13 +135,13 @@ def _evaluate(
     severity = dg.AssetCheckSeverity.ERROR if blocking else dg.AssetCheckSeverity.WARN
     op_context = context.op_execution_context
     if not op_context.has_partition_key_range:
-        passed, text, metadata = verdict(context.partition_key)
+        passed, text, metadata = verdict(context, context.partition_key)
         yield dg.AssetCheckResult(
             passed=passed, severity=severity, description=text, metadata=metadata
         )
         return
     for day in op_context.partition_keys:
-        passed, text, metadata = verdict(day)
+        passed, text, metadata = verdict(context, day)
         yield dg.AssetCheckEvaluation(
             asset_key=check.asset_key,
             check_name=check.name,

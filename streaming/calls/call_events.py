@@ -24,7 +24,7 @@ def call_event_expectations() -> list[Any]:
 
     return [
         gxe.ExpectColumnValuesToBeUnique(column="call_sid"),
-        gxe.ExpectColumnValuesToBeOfType(column="duration", type_="int64"),
+        gxe.ExpectColumnValuesToBeOfType(column="duration", type_="LongType"),
     ]
 
 

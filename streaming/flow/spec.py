@@ -89,7 +89,8 @@ class FlowSpec:
     description: str = ""
     owners: tuple[str, ...] = ()
     expectations: ExpectationsFactory | None = field(default=None, compare=False, repr=False)
-    """Great Expectations 1.x expectations every date partition of the table must meet."""
+    """Great Expectations 1.x expectations every date partition of the table must meet, run on
+    GX's Spark engine (types by Spark's names: "LongType")."""
     expectations_since: Mapping[date, ExpectationsFactory] = field(
         default_factory=dict, compare=False, repr=False
     )

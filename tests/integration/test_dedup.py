@@ -43,11 +43,11 @@ def counts(uri: str) -> tuple[int, int]:
     return duckdb_query(f"select count(*), count(distinct call_sid) from delta_scan('{uri}')")[0]
 
 
-def uniqueness_failures(uri: str, flow: Any, days: list[str]) -> dict[str, int]:
+def uniqueness_failures(spark: Any, uri: str, flow: Any, days: list[str]) -> dict[str, int]:
     """Day -> unexpected count of the call_sid uniqueness expectation, for days that fail it."""
     failed = {}
     for day in days:
-        for outcome in validate_partition(uri, flow, day).failures:
+        for outcome in validate_partition(spark, uri, flow, day).failures:
             assert outcome.expectation == "expect_column_values_to_be_unique", outcome
             failed[day] = outcome.unexpected_count
     return failed
@@ -79,7 +79,7 @@ def test_producer_retries_do_not_reach_the_table(
 
     assert counts(stream.table_uri) == (report.good, report.good)
     assert run.quarantine.num_rows == report.malformed
-    assert uniqueness_failures(stream.table_uri, flow, sorted(report.by_date)) == {}
+    assert uniqueness_failures(spark, stream.table_uri, flow, sorted(report.by_date)) == {}
 
 
 def test_records_far_behind_the_newest_arrival_are_kept(
@@ -140,7 +140,7 @@ def test_without_a_dedup_key_the_uniqueness_check_catches_the_retries(
 
     assert counts(stream.table_uri) == (report.good + report.duplicates, report.good)
     # near midnight the events span two dates; a retry lands on its original's date
-    failures = uniqueness_failures(stream.table_uri, flow, sorted(report.by_date))
+    failures = uniqueness_failures(spark, stream.table_uri, flow, sorted(report.by_date))
     assert sum(failures.values()) == 2 * report.duplicates
 
 

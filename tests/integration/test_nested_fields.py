@@ -99,5 +99,5 @@ def test_nested_and_repeated_fields_land_as_struct_and_array_columns(
         f"select sum(l.quantity) from (select unnest(lines) as l from delta_scan('{uri}'))"
     ) == [(sum(line.quantity for e in events for line in e.lines),)]
     for day in {r["date"].isoformat() for r in rows.values()}:
-        checked = validate_partition(uri, flow, day)
+        checked = validate_partition(spark, uri, flow, day)
         assert checked.success, checked.failures

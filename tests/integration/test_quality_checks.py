@@ -1,4 +1,4 @@
-"""The quality checks of a date partition, run by Dagster on real Delta tables."""
+"""The quality checks of a date partition, run by Dagster on real Delta tables and Spark."""
 
 from __future__ import annotations
 
@@ -56,8 +56,9 @@ def rows_on(day: str, n: int, offset: int = 0) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def lake(tmp_path: Path) -> EngineSettings:
-    """Ten clean days of 100 rows, then: a day with defects, a thin day, a poisoned day."""
+def lake(spark: Any, tmp_path: Path) -> EngineSettings:
+    """Ten clean days of 100 rows, then: a day with defects, a thin day, a poisoned day. The
+    expectations run on the test session's Spark (the run's resource finds it started)."""
     settings = EngineSettings(lake=tmp_path / "lake", checkpoints=tmp_path / "cp")
     rows = []
     for n in range(10):

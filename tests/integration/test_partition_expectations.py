@@ -1,4 +1,5 @@
-"""Great Expectations on a date partition: clean days pass, each defect fails its expectation."""
+"""Great Expectations on a date partition, on the shared Spark session: clean days pass, each
+defect fails its expectation."""
 
 from __future__ import annotations
 
@@ -51,15 +52,15 @@ def write(tmp_path: Path, rows: list[dict[str, Any]]) -> str:
     return uri
 
 
-def test_a_clean_partition_passes_every_expectation(tmp_path: Path) -> None:
-    result = validate_partition(write(tmp_path, clean_rows(200)), CALL_EVENTS, DAY)
+def test_a_clean_partition_passes_every_expectation(spark: Any, tmp_path: Path) -> None:
+    result = validate_partition(spark, write(tmp_path, clean_rows(200)), CALL_EVENTS, DAY)
     assert result.success, [o for o in result.failures]
     assert result.rows == 200
     # the generic two, the contract's (flow_contract.contract_expectations), the flow's own
     assert len(result.outcomes) == 2 + len(contract_expectations(CALL_EVENTS)) + 2
 
 
-def test_each_defect_fails_exactly_its_expectation_with_counts(tmp_path: Path) -> None:
+def test_each_defect_fails_exactly_its_expectation_with_counts(spark: Any, tmp_path: Path) -> None:
     rows = clean_rows(200)
     rows[1]["call_sid"] = "CAxyz"  # malformed
     rows[2]["call_sid"] = rows[3]["call_sid"]  # a duplicate pair
@@ -68,7 +69,7 @@ def test_each_defect_fails_exactly_its_expectation_with_counts(tmp_path: Path) -
     rows[6]["call_state"] = "unknown_state"
     rows[7]["duration"] = 90_000
     rows[8]["event_time"] = START - timedelta(minutes=1)  # the day before
-    result = validate_partition(write(tmp_path, rows), CALL_EVENTS, DAY)
+    result = validate_partition(spark, write(tmp_path, rows), CALL_EVENTS, DAY)
     failed = {o.name: (o.unexpected_count, o.sample) for o in result.failures}
     assert failed == {
         "expect_column_values_to_match_regex(call_sid)": (1, ["CAxyz"]),
@@ -86,7 +87,7 @@ def test_each_defect_fails_exactly_its_expectation_with_counts(tmp_path: Path) -
     assert between.unexpected_percent == pytest.approx(0.5)
 
 
-def test_a_missing_column_fails_the_column_set(tmp_path: Path) -> None:
+def test_a_missing_column_fails_the_column_set(spark: Any, tmp_path: Path) -> None:
     rows = [{k: v for k, v in r.items() if k != "region"} for r in clean_rows(20)]
     uri = str(tmp_path / "t")
     write_deltalake(
@@ -94,14 +95,14 @@ def test_a_missing_column_fails_the_column_set(tmp_path: Path) -> None:
         pa.Table.from_pylist(rows, pa.schema([f for f in SCHEMA if f.name != "region"])),
         partition_by=["date"],
     )
-    result = validate_partition(uri, CALL_EVENTS, DAY)
+    result = validate_partition(spark, uri, CALL_EVENTS, DAY)
     names = {o.name for o in result.failures}
     assert "expect_table_columns_to_match_set" in names
     region = [o for o in result.outcomes if o.column == "region"]
     assert region and all(not o.success and o.error for o in region)
 
 
-def test_the_suite_follows_the_schema_as_the_flow_changes(tmp_path: Path) -> None:
+def test_the_suite_follows_the_schema_as_the_flow_changes(spark: Any, tmp_path: Path) -> None:
     """Old days pass with a new column (null there), expectations for it start on their date,
     and the column of a removed field does not fail anything."""
     uri = str(tmp_path / "page_views")
@@ -135,7 +136,7 @@ def test_the_suite_follows_the_schema_as_the_flow_changes(tmp_path: Path) -> Non
         message=PageViewWithCountry,
         expectations_since={new_day: lambda: [gxe.ExpectColumnValuesToNotBeNull(column="country")]},
     )
-    not_evolved = validate_partition(uri, v2, old_day.isoformat())
+    not_evolved = validate_partition(spark, uri, v2, old_day.isoformat())
     assert [o.expectation for o in not_evolved.failures] == [
         "expect_table_columns_to_match_set"  # the table lacks the flow's new columns
     ]
@@ -144,12 +145,12 @@ def test_the_suite_follows_the_schema_as_the_flow_changes(tmp_path: Path) -> Non
     with_country = rows(new_day, 20, country="DE")
     write_deltalake(uri, pa.Table.from_pylist(with_country, v2_schema), mode="append")
 
-    old = validate_partition(uri, v2, old_day.isoformat())
+    old = validate_partition(spark, uri, v2, old_day.isoformat())
     assert old.success, old.failures
     assert "expect_column_values_to_not_be_null" not in {
         (o.expectation, o.column) for o in old.outcomes if o.column == "country"
     }
-    new = validate_partition(uri, v2, new_day.isoformat())
+    new = validate_partition(spark, uri, v2, new_day.isoformat())
     assert new.success, new.failures
     assert ("expect_column_values_to_not_be_null", "country") in {
         (o.expectation, o.column) for o in new.outcomes
@@ -162,5 +163,5 @@ def test_the_suite_follows_the_schema_as_the_flow_changes(tmp_path: Path) -> Non
         mode="overwrite",
         predicate=f"date = '{new_day}'",
     )
-    failed = validate_partition(uri, v2, new_day.isoformat())
+    failed = validate_partition(spark, uri, v2, new_day.isoformat())
     assert [(o.column, o.unexpected_count) for o in failed.failures] == [("country", 1)]
