@@ -445,14 +445,15 @@ def _dagster_dev(options: DevOptions, env: Mapping[str, str]) -> Iterator[subpro
                 _terminate_active_runs(web)
 
 
-_ACTIVE_RUN_STATUSES = ["QUEUED", "STARTING", "STARTED", "CANCELING"]
+_TERMINABLE_RUN_STATUSES = ["QUEUED", "STARTING", "STARTED"]
+_ACTIVE_RUN_STATUSES = [*_TERMINABLE_RUN_STATUSES, "CANCELING"]
 
 
 def _terminate_active_runs(web: DagsterWeb, grace_s: float = RUN_STOP_GRACE_S) -> None:
     """Terminate the active runs and wait (up to grace_s) until none is active, so that `dg dev`
     shuts its services down after its runs ended, not while a run worker is still stopping."""
     try:
-        active = web.runs(None, _ACTIVE_RUN_STATUSES[:3])
+        active = web.runs(None, _TERMINABLE_RUN_STATUSES)
     except DagsterWebError:
         return  # the webserver is not up (yet): its runs, if any, are stopped with the group
     for run in active:
