@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -48,17 +48,16 @@ import click
 import numpy as np
 import psutil
 from common import drift, state_cost, wait_for, write_figures
+from soak_flow import LATENESS_ENV, MODULE, soak_flow
 
 from tidelake.platform.local.kafka_cluster import LocalKafkaCluster
 from tidelake.platform.local.ports import free_ports
 from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.stream.status import committed_batch, kafka_ends, stream_lag
 
 REPO = Path(__file__).resolve().parent.parent
-FLOW = CALL_EVENTS
-STREAM_QUERY = f"{FLOW.name}_stream"
-STREAM_JOB = f"{FLOW.name}_stream"
 DETECTOR_JOB = "call_anomaly_detector"
 FAULTS = ("kill-stream", "restart-broker", "maintenance-race")
 ROLES = (
@@ -74,7 +73,10 @@ ROLES = (
     "ingest-service",
     "producer",
     "tidelake-dev",
+    "other-runs",
 )
+"""What each process of the platform is; "other-runs" are the runs of the flows the soak does not
+feed (call_events' idle stream when --allowed-lateness gives the soak a flow of its own)."""
 STREAM_SERIES = (
     "batch_ms_p50",
     "batch_ms_max",
@@ -123,10 +125,16 @@ class Soak:
 
     work: Path
     env: dict[str, str]
+    flow: FlowSpec
     cluster: LocalKafkaCluster
     dev: subprocess.Popen[bytes]
     producer: multiprocessing.process.BaseProcess | None = None
     started: float = field(default_factory=time.time)
+
+    @property
+    def stream_job(self) -> str:
+        """The Dagster job of the flow's always-on stream, also its query's name."""
+        return f"{self.flow.name}_stream"
 
     @property
     def lake(self) -> Path:
@@ -134,19 +142,19 @@ class Soak:
 
     @property
     def table(self) -> Path:
-        return self.lake / FLOW.table
+        return self.lake / self.flow.table
 
     @property
     def quarantine(self) -> Path:
-        return self.lake / FLOW.quarantine_table
+        return self.lake / self.flow.quarantine_table
 
     @property
     def checkpoint(self) -> Path:
-        return self.work / "checkpoints" / FLOW.name
+        return self.work / "checkpoints" / self.flow.name
 
     @property
     def progress_file(self) -> Path:
-        return self.work / "progress" / f"{STREAM_QUERY}.jsonl"
+        return self.work / "progress" / f"{self.stream_job}.jsonl"
 
     @property
     def dagster_home(self) -> Path:
@@ -158,10 +166,10 @@ class Soak:
     def lag(self) -> int | None:
         """Records on the topic the stream's checkpoint has not committed; None if unknown."""
         try:
-            ends = kafka_ends(self.kafka_conf(), FLOW.topic, 5.0)
+            ends = kafka_ends(self.kafka_conf(), self.flow.topic, 5.0)
         except Exception:
             return None
-        done = committed_batch(str(self.checkpoint), FLOW.topic)
+        done = committed_batch(str(self.checkpoint), self.flow.topic)
         return stream_lag(ends, done.offsets if done else {}).total
 
 
@@ -380,11 +388,14 @@ class ProcessSampler:
         for proc in dev.children(recursive=True):
             if proc.pid in seen:
                 continue
-            role = _role(proc, workers)
-            if role in ("stream", "detector"):
+            role = _role(proc, workers, self.soak.stream_job)
+            if role in ("stream", "detector", "other-runs"):
                 for member, _ in _tree(proc.pid, role):
                     seen.add(member.pid)
-                    yield member, f"{role}-{'jvm' if _is_java(member) else 'python'}"
+                    if role == "other-runs":
+                        yield member, role
+                    else:
+                        yield member, f"{role}-{'jvm' if _is_java(member) else 'python'}"
             elif role is not None:
                 seen.add(proc.pid)
                 yield proc, role
@@ -407,9 +418,10 @@ def _is_java(proc: psutil.Process) -> bool:
         return False
 
 
-def _role(proc: psutil.Process, workers: dict[int, str]) -> str | None:
+def _role(proc: psutil.Process, workers: dict[int, str], stream_job: str) -> str | None:
     if proc.pid in workers:
-        return "stream" if workers[proc.pid] == STREAM_JOB else "detector"
+        job = workers[proc.pid]
+        return {stream_job: "stream", DETECTOR_JOB: "detector"}.get(job, "other-runs")
     try:
         cmd = " ".join(proc.cmdline())
     except psutil.Error:
@@ -576,7 +588,7 @@ def maintenance_race(soak: Soak) -> str:
         " 'seconds': round(time.time()-t,1)}))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code, str(soak.table), FLOW.partition_column, today],
+        [sys.executable, "-c", code, str(soak.table), soak.flow.partition_column, today],
         env=soak.env,
         capture_output=True,
         text=True,
@@ -591,8 +603,14 @@ def maintenance_race(soak: Soak) -> str:
 # the platform
 
 
+def fed_flow(lateness_min: float | None) -> FlowSpec:
+    """The flow the soak feeds: call_events as shipped, or with `lateness_min` minutes of
+    allowed lateness as a flow of its own (soak_flow.py)."""
+    return CALL_EVENTS if lateness_min is None else soak_flow(timedelta(minutes=lateness_min))
+
+
 @contextmanager
-def platform(work: Path, trigger_interval: str) -> Iterator[Soak]:
+def platform(work: Path, trigger_interval: str, lateness_min: float | None) -> Iterator[Soak]:
     cluster = LocalKafkaCluster(1, min_insync=1, folder=work / "kafka")
     cluster.start()
     env = {
@@ -605,6 +623,12 @@ def platform(work: Path, trigger_interval: str) -> Iterator[Soak]:
         "TIDELAKE_TRIGGER_INTERVAL": trigger_interval,
         "DAGSTER_HOME": str(work / "dagster"),
     }
+    if lateness_min is not None:  # the soak's own flow, declared as a deployment declares one
+        env[LATENESS_ENV] = str(lateness_min * 60)
+        env["TIDELAKE_FLOW_MODULES"] = MODULE
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(REPO / "bench"), os.environ.get("PYTHONPATH")) if p
+        )
     dagster_port, ingest_port = free_ports(2)
     command = [
         str(Path(sys.executable).with_name("tidelake")),
@@ -620,7 +644,7 @@ def platform(work: Path, trigger_interval: str) -> Iterator[Soak]:
     dev = subprocess.Popen(
         command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
-    soak = Soak(work, env, cluster, dev)
+    soak = Soak(work, env, fed_flow(lateness_min), cluster, dev)
     try:
         yield soak
     finally:
@@ -642,13 +666,19 @@ def _stop_group(process: subprocess.Popen[bytes], grace_s: float) -> None:
 
 
 def produce(
-    bootstrap: str, rate: float, seconds: float, shares: dict[str, float], report: str
+    bootstrap: str,
+    lateness_min: float | None,
+    rate: float,
+    seconds: float,
+    shares: dict[str, float],
+    report: str,
 ) -> None:
-    """The producer process: demo CallEvents at `rate` for `seconds`, its report to a file."""
+    """The producer process: demo CallEvents of the fed flow at `rate` for `seconds`, its report
+    to a file."""
     from tidelake.platform.dev.produce import produce_demo_events
 
     result = produce_demo_events(
-        FLOW,
+        fed_flow(lateness_min),
         {"bootstrap.servers": bootstrap},
         rate=rate,
         duration_s=seconds,
@@ -764,6 +794,14 @@ def plot(rows: list[dict[str, float]], faults: list[FaultRecord], path: Path) ->
     show_default="the engine's default",
     help="TIDELAKE_TRIGGER_INTERVAL of the stream.",
 )
+@click.option(
+    "--allowed-lateness",
+    "lateness_min",
+    type=click.FloatRange(min=1),
+    help="Minutes. Feed CallEvent as a flow of its own with this lateness (a key lives 2.5x "
+    "it) instead of call_events (2 h: keys live 5 h), so that the state stops growing inside the "
+    "run. call_events' stream and detector then run idle.",
+)
 @click.option("--late-share", type=click.FloatRange(0, 1), default=0.05, show_default=True)
 @click.option("--duplicate-share", type=click.FloatRange(0, 1), default=0.01, show_default=True)
 @click.option("--malformed-share", type=click.FloatRange(0, 1), default=0.001, show_default=True)
@@ -781,6 +819,7 @@ def main(
     fault_every: float,
     settle: float,
     trigger_interval: str,
+    lateness_min: float | None,
     late_share: float,
     duplicate_share: float,
     malformed_share: float,
@@ -791,7 +830,9 @@ def main(
     work = workdir or Path(tempfile.mkdtemp(prefix="tidelake-soak-"))
     work.mkdir(parents=True, exist_ok=True)
     print(
-        f"soak: {minutes:.0f} min at {rate:.0f} events/s, trigger {trigger_interval!r}, in {work}"
+        f"soak: {minutes:.0f} min at {rate:.0f} events/s, trigger {trigger_interval!r}, flow "
+        f"{fed_flow(lateness_min).name} ({fed_flow(lateness_min).allowed_lateness} of lateness), "
+        f"in {work}"
     )
     shares = {
         "late_share": late_share,
@@ -800,14 +841,21 @@ def main(
     }
     for signum in (signal.SIGTERM, signal.SIGHUP):  # unwind as Ctrl-C does: the platform's
         signal.signal(signum, _interrupt)  # exit stops `tidelake dev` and the broker
-    with platform(work, trigger_interval) as soak:
+    with platform(work, trigger_interval, lateness_min) as soak:
         wait_for(lambda: (soak.table / "_delta_log").exists(), 600, "the stream's table")
         wait_for(lambda: soak.progress_file.exists(), 600, "the stream's first batch")
         print(f"stream up after {time.time() - soak.started:.0f} s; producing")
         report_file = work / "produced.json"
         soak.producer = multiprocessing.get_context("spawn").Process(
             target=produce,
-            args=(soak.cluster.bootstrap_servers, rate, minutes * 60, shares, str(report_file)),
+            args=(
+                soak.cluster.bootstrap_servers,
+                lateness_min,
+                rate,
+                minutes * 60,
+                shares,
+                str(report_file),
+            ),
             daemon=False,
         )
         soak.started = started_at = time.time()
@@ -831,6 +879,10 @@ def main(
     summary["final_storage"] = final_storage
     summary["started_at"] = datetime.fromtimestamp(started_at, UTC).isoformat()
     summary["trigger_interval"] = trigger_interval
+    summary["flow"] = {
+        "name": soak.flow.name,
+        "allowed_lateness_s": soak.flow.allowed_lateness.total_seconds(),
+    }
     summary["stream_jvm_other_threads_cpu_s"] = dict(others.most_common(12))
     plot(rows, faults, out_dir / "soak.png")
     write_figures(out_dir / "soak.json", summary)
