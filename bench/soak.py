@@ -50,6 +50,7 @@ import psutil
 from common import drift, state_cost, wait_for, write_figures
 from soak_flow import LATENESS_ENV, MODULE, soak_flow
 
+from tidelake.assets.stream.job import stream_job_name
 from tidelake.platform.local.kafka_cluster import LocalKafkaCluster
 from tidelake.platform.local.ports import free_ports
 from tidelake.streaming.calls.call_events import CALL_EVENTS
@@ -134,7 +135,7 @@ class Soak:
     @property
     def stream_job(self) -> str:
         """The Dagster job of the flow's always-on stream, also its query's name."""
-        return f"{self.flow.name}_stream"
+        return stream_job_name(self.flow)
 
     @property
     def lake(self) -> Path:
@@ -610,7 +611,7 @@ def fed_flow(lateness_min: float | None) -> FlowSpec:
 
 
 @contextmanager
-def platform(work: Path, trigger_interval: str, lateness_min: float | None) -> Iterator[Soak]:
+def platform(work: Path, trigger_interval: str, flow: FlowSpec) -> Iterator[Soak]:
     cluster = LocalKafkaCluster(1, min_insync=1, folder=work / "kafka")
     cluster.start()
     env = {
@@ -623,8 +624,8 @@ def platform(work: Path, trigger_interval: str, lateness_min: float | None) -> I
         "TIDELAKE_TRIGGER_INTERVAL": trigger_interval,
         "DAGSTER_HOME": str(work / "dagster"),
     }
-    if lateness_min is not None:  # the soak's own flow, declared as a deployment declares one
-        env[LATENESS_ENV] = str(lateness_min * 60)
+    if flow is not CALL_EVENTS:  # the soak's own flow, declared as a deployment declares one
+        env[LATENESS_ENV] = str(flow.allowed_lateness.total_seconds())
         env["TIDELAKE_FLOW_MODULES"] = MODULE
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(REPO / "bench"), os.environ.get("PYTHONPATH")) if p
@@ -644,7 +645,7 @@ def platform(work: Path, trigger_interval: str, lateness_min: float | None) -> I
     dev = subprocess.Popen(
         command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
-    soak = Soak(work, env, fed_flow(lateness_min), cluster, dev)
+    soak = Soak(work, env, flow, cluster, dev)
     try:
         yield soak
     finally:
@@ -829,9 +830,10 @@ def main(
     out_dir.mkdir(parents=True, exist_ok=True)
     work = workdir or Path(tempfile.mkdtemp(prefix="tidelake-soak-"))
     work.mkdir(parents=True, exist_ok=True)
+    flow = fed_flow(lateness_min)
     print(
         f"soak: {minutes:.0f} min at {rate:.0f} events/s, trigger {trigger_interval!r}, flow "
-        f"{fed_flow(lateness_min).name} ({fed_flow(lateness_min).allowed_lateness} of lateness), "
+        f"{flow.name} ({flow.allowed_lateness} of lateness), "
         f"in {work}"
     )
     shares = {
@@ -841,7 +843,7 @@ def main(
     }
     for signum in (signal.SIGTERM, signal.SIGHUP):  # unwind as Ctrl-C does: the platform's
         signal.signal(signum, _interrupt)  # exit stops `tidelake dev` and the broker
-    with platform(work, trigger_interval, lateness_min) as soak:
+    with platform(work, trigger_interval, flow) as soak:
         wait_for(lambda: (soak.table / "_delta_log").exists(), 600, "the stream's table")
         wait_for(lambda: soak.progress_file.exists(), 600, "the stream's first batch")
         print(f"stream up after {time.time() - soak.started:.0f} s; producing")
