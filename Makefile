@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help dev dev-s3 dev-secured schema-registry bench-s3 bench-framed bench-secured venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster soak bench-delta-log bench-open-date bench-dagster-history bench-dedup-state bench-driver-memory bench-faults broker clean
+.PHONY: help dev dev-s3 dev-secured schema-registry bench-s3 bench-framed bench-secured venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster soak bench-delta-log bench-open-date bench-dagster-history bench-dedup-state bench-driver-memory bench-read-threads bench-faults broker clean
 
 help:
 	@echo "make dev               the whole platform locally; Dagster UI on http://127.0.0.1:3000"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench-open-date   a date's small files: the stream's checkpoint and readers, daily vs hourly compaction (~25 min)"
 	@echo "make bench-dedup-state one stream's micro-batches before and after a 30 M-key backlog (~40 min)"
 	@echo "make bench-driver-memory the stream's Python driver over thousands of small micro-batches (~25 min)"
+	@echo "make bench-read-threads  delta-rs's threads in a process that reads a log as a stream's driver does (~1 min)"
 	@echo "make bench-dagster-history  the supervisor's tick and the asset pages with 30 days of Dagster history"
 	@echo "make bench-faults      fault scenarios: kills, stops and races at random moments, clusters losing nodes (~20 min)"
 	@echo "make dev-s3            the same with the lake and checkpoints on a local S3 server"
@@ -114,6 +115,9 @@ bench-dedup-state: $(STAMP)
 
 bench-driver-memory: $(STAMP)
 	cd bench && ../$(BIN)/python stream_driver_memory.py --out ../bench-results/driver-memory.json $(DRIVER_ARGS)
+
+bench-read-threads: $(STAMP)
+	cd bench && ../$(BIN)/python delta_read_threads.py $(READ_THREADS_ARGS)
 
 bench-delta-log: $(STAMP)
 	cd bench && ../$(BIN)/python delta_log_age.py --out ../bench-results/delta-log.json

@@ -72,6 +72,10 @@ from dagster._core.storage.schedules.schema import JobTickTable
 from dagster._core.test_utils import create_run_for_test
 from sqlalchemy import func, select, text
 
+from tidelake.assets.stream.supervisor_sensor import supervisor_sensor_name
+from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.stream.query import stream_name
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the tests' PostgreSQL server: one home for it
 from local_postgres import LocalPostgres, postgres_bin  # noqa: E402
@@ -79,8 +83,8 @@ from local_postgres import LocalPostgres, postgres_bin  # noqa: E402
 DAY_S = 86_400.0
 TICK_S = 20.0
 PROGRESS_S = 30.0
-JOB = "call_events_stream"
-SENSOR = "call_events_stream_supervisor"
+JOB = stream_name(CALL_EVENTS)
+SENSOR = supervisor_sensor_name(CALL_EVENTS)
 TABLE = ["lake", "call_events"]
 STREAM_TAG = "tidelake/stream"
 PAGE_QUERIES = {
@@ -161,7 +165,6 @@ class Templates:
 def capture_templates(defs: dg.Definitions, resources: dict[str, Any]) -> Templates:
     """One real tick and one real progress report, stored in a scratch instance."""
     from tidelake.assets.stream.job import ProgressReporter
-    from tidelake.streaming.calls.call_events import CALL_EVENTS
     from tidelake.streaming.schemas.writer_schemas import WriterSchemas
 
     with tempfile.TemporaryDirectory(prefix="tidelake-dh-") as home:
@@ -211,7 +214,7 @@ def capture_templates(defs: dg.Definitions, resources: dict[str, Any]) -> Templa
                 in (DagsterEventType.ASSET_OBSERVATION, DagsterEventType.ASSET_CHECK_EVALUATION)
             ]
 
-            @dg.op(name=f"run_{CALL_EVENTS.name}_stream")
+            @dg.op(name=f"run_{JOB}")
             def report(context) -> None:  # type: ignore[no-untyped-def]  # dagster reads the hint
                 kafka_conf = {"bootstrap.servers": resources["kafka"].bootstrap_servers}
                 reporter = ProgressReporter(
@@ -254,8 +257,6 @@ class FakeQuery:
 
 def spark_progress() -> dict[str, Any]:
     """A micro-batch's progress as Spark reports it (the fields the reporter reads)."""
-    from tidelake.streaming.calls.call_events import CALL_EVENTS
-
     ends = {str(p): 1_000_000 + p for p in range(CALL_EVENTS.topic_partitions)}
     return {
         "batchId": 41_234,
@@ -910,7 +911,6 @@ def main(
         os.environ["KAFKA_BOOTSTRAP_SERVERS"] = conf["bootstrap.servers"]
         from tidelake.assets.definitions import build_definitions
         from tidelake.assets.resources import KafkaResource
-        from tidelake.streaming.calls.call_events import CALL_EVENTS
         from tidelake.streaming.kafka.admin import ensure_topic
 
         ensure_topic(conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)

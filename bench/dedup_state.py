@@ -39,6 +39,8 @@ from common import TreeSampler, kafka, state_cost, wait_for, write_figures
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic
+from tidelake.streaming.stream.progress_log import progress_file
+from tidelake.streaming.stream.query import stream_name
 from tidelake.streaming.stream.status import committed_batch, kafka_ends, stream_lag
 
 FLOW = CALL_EVENTS
@@ -66,7 +68,7 @@ class Stream:
     """`tidelake stream call_events` as a process of its own, with its progress log."""
 
     def __init__(self, work: Path, conf: dict[str, str]):
-        self.progress = work / "progress" / f"{FLOW.name}_stream.jsonl"
+        self.progress = progress_file(work / "progress", stream_name(FLOW))
         self.checkpoint = work / "checkpoints" / FLOW.name
         self.conf = conf
         self.env = {

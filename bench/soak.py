@@ -12,7 +12,8 @@ the broker crashed and restarted, a compaction and a vacuum racing the stream. A
 waits for the stream to catch up and reads the tables back with DuckDB: every good event once,
 every malformed one in quarantine.
 
-Writes soak.csv (one row a sample), soak.png (every series over time) and soak.json (the
+Writes samples.jsonl as it samples (a run that fails keeps what it measured), then soak.csv
+(one row a sample), soak.png (every series over time) and soak.json (the
 summary) to --out-dir, and prints, for each series after the first --settle minutes, the
 first-tenth and last-tenth medians, the least-squares slope per hour (also as a share of the
 median) and the value that slope reaches at 30 days. Samples taken while a fault is being
@@ -50,12 +51,13 @@ import psutil
 from common import drift, state_cost, wait_for, write_figures
 from soak_flow import LATENESS_ENV, MODULE, soak_flow
 
-from tidelake.assets.stream.job import stream_job_name
 from tidelake.platform.local.kafka_cluster import LocalKafkaCluster
 from tidelake.platform.local.ports import free_ports
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.stream.progress_log import progress_file
+from tidelake.streaming.stream.query import stream_name
 from tidelake.streaming.stream.status import committed_batch, kafka_ends, stream_lag
 
 REPO = Path(__file__).resolve().parent.parent
@@ -110,7 +112,8 @@ includes its RocksDB gets and puts; compaction is not in it."""
 THREAD_GROUPS = (*(g for g, _ in STREAM_THREADS), "other")
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SERIES_AGE = {
-    **{f"{kind}_{r}": f"age_s_{r}" for r in ROLES for kind in ("rss_mb", "cpu_pct")},
+    **{f"{kind}_{r}": f"age_s_{r}" for r in ROLES for kind in ("rss_mb", "cpu_pct", "threads")},
+    "rss_anon_mb_stream-python": "age_s_stream-python",
     **{name: "age_s_stream-jvm" for name in STREAM_SERIES},
     **{f"stream_jvm_cpu_pct_{g}": "age_s_stream-jvm" for g in THREAD_GROUPS},
 }
@@ -118,6 +121,10 @@ SERIES_AGE = {
 the stream's micro-batch figures by its JVM, which a restart leaves cold (JIT, the state's cache)
 for minutes after it has caught up."""
 DAY_S = 86_400.0
+PRODUCER_TIMEOUT_MS = 600_000
+"""How long the soak's producer retries an event: past the broker fault's outage. A broker
+SIGKILLed after 50 minutes at 6,000 events/s took 88.5 s to serve again (it recovers its logs),
+past the 60 s that `tidelake produce` gives an event, and the producer gave up (sixteenth run)."""
 
 
 @dataclass
@@ -135,7 +142,7 @@ class Soak:
     @property
     def stream_job(self) -> str:
         """The Dagster job of the flow's always-on stream, also its query's name."""
-        return stream_job_name(self.flow)
+        return stream_name(self.flow)
 
     @property
     def lake(self) -> Path:
@@ -155,7 +162,7 @@ class Soak:
 
     @property
     def progress_file(self) -> Path:
-        return self.work / "progress" / f"{self.stream_job}.jsonl"
+        return progress_file(self.work / "progress", self.stream_job)
 
     @property
     def dagster_home(self) -> Path:
@@ -311,6 +318,18 @@ def thread_cpu_s(pid: int) -> dict[int, tuple[str, float]]:
     return out
 
 
+def _anonymous_mb(pid: int) -> float:
+    """A process's anonymous resident memory (heaps, thread stacks): what grows when native
+    allocations do, apart from mapped files such as libraries."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Anonymous:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def thread_group(name: str) -> str:
     return next((g for g, prefixes in STREAM_THREADS if name.startswith(prefixes)), "other")
 
@@ -325,6 +344,8 @@ class ProcessSampler:
         self._threads: dict[int, dict[int, tuple[str, float]]] = {}
         self.other_threads: Counter[str] = Counter()
         """CPU seconds of the stream JVM's "other" threads by name, over the run."""
+        self.driver_threads: Counter[str] = Counter()
+        """The stream's Python driver's threads by name, at the last sample."""
         self._at = time.monotonic()
         self._wall_at = time.time()
 
@@ -332,6 +353,9 @@ class ProcessSampler:
         workers = _live_run_workers(self.soak.dagster_home)
         rss = dict.fromkeys(ROLES, 0.0)
         cpu_s = dict.fromkeys(ROLES, 0.0)
+        threads = dict.fromkeys(ROLES, 0.0)
+        anon_mb = 0.0
+        driver_threads: Counter[str] = Counter()
         born = dict.fromkeys(ROLES, 0.0)  # the role's youngest process
         cpu_now: dict[int, float] = {}
         threads_now: dict[int, dict[int, tuple[str, float]]] = {}
@@ -346,6 +370,10 @@ class ProcessSampler:
             cpu_now[proc.pid] = used
             rss[role] += mem / 2**20
             try:
+                threads[role] += proc.num_threads()
+                if role == "stream-python":
+                    anon_mb += _anonymous_mb(proc.pid)
+                    driver_threads.update(name for name, _ in thread_cpu_s(proc.pid).values())
                 created = proc.create_time()
             except psutil.Error:
                 continue
@@ -353,12 +381,12 @@ class ProcessSampler:
             new = created > self._wall_at  # born since the last sample
             cpu_s[role] += used - self._cpu.get(proc.pid, 0.0 if new else used)
             if role == "stream-jvm":
-                threads = threads_now[proc.pid] = thread_cpu_s(proc.pid)
+                jvm_threads = threads_now[proc.pid] = thread_cpu_s(proc.pid)
                 seen = self._threads.get(proc.pid, {} if new else None)
                 if seen is None:  # first sight of a JVM older than the sampler: a baseline
                     continue
                 # (a thread that ended since the last sample is not counted for that interval)
-                for tid, (name, seconds) in threads.items():
+                for tid, (name, seconds) in jvm_threads.items():
                     spent, group = seconds - seen.get(tid, ("", 0.0))[1], thread_group(name)
                     by_thread[group] += spent
                     if group == "other":
@@ -366,9 +394,12 @@ class ProcessSampler:
         now = time.monotonic()
         wall, self._at, self._cpu = now - self._at, now, cpu_now
         self._threads = threads_now
+        self.driver_threads = driver_threads or self.driver_threads
         self._wall_at = time.time()
         out = {f"rss_mb_{r}": rss[r] for r in ROLES}
         out |= {f"cpu_pct_{r}": 100 * cpu_s[r] / wall for r in ROLES}
+        out |= {f"threads_{r}": threads[r] for r in ROLES}
+        out["rss_anon_mb_stream-python"] = anon_mb
         out |= {f"stream_jvm_cpu_pct_{g}": 100 * s / wall for g, s in by_thread.items()}
         out |= {f"age_s_{r}": self._wall_at - born[r] for r in ROLES if born[r]}
         out["rss_mb_total"] = sum(rss.values())
@@ -680,7 +711,7 @@ def produce(
 
     result = produce_demo_events(
         fed_flow(lateness_min),
-        {"bootstrap.servers": bootstrap},
+        {"bootstrap.servers": bootstrap, "message.timeout.ms": PRODUCER_TIMEOUT_MS},
         rate=rate,
         duration_s=seconds,
         progress=False,
@@ -744,6 +775,7 @@ def plot(rows: list[dict[str, float]], faults: list[FaultRecord], path: Path) ->
         ("lag (records)", ["lag"]),
         ("RSS (MB)", [f"rss_mb_{r}" for r in ROLES] + ["rss_mb_total"]),
         ("CPU (% of a core)", [f"cpu_pct_{r}" for r in ROLES]),
+        ("threads", [f"threads_{r}" for r in ROLES]),
         ("files", ["delta_log_files", "checkpoint_files", "table_files", "quarantine_files"]),
         (
             "live files and checkpoint actions (newest checkpoint)",
@@ -763,6 +795,7 @@ def plot(rows: list[dict[str, float]], faults: list[FaultRecord], path: Path) ->
             values = [r.get(name, np.nan) for r in rows]
             if not np.allclose(np.nan_to_num(values), 0):
                 label = name.replace("rss_mb_", "").replace("stream_jvm_cpu_pct_", "")
+                label = label.replace("threads_", "")
                 ax.plot(minutes, values, label=label.replace("cpu_pct_", ""))
         for f in faults:
             ax.axvline(f.at_s / 60, color="grey", linestyle=":", linewidth=1)
@@ -862,8 +895,8 @@ def main(
         )
         soak.started = started_at = time.time()
         soak.producer.start()
-        rows, faults, others = sample_until_done(
-            soak, minutes * 60, sample_every, fault_every * 60, rate
+        rows, faults, processes = sample_until_done(
+            soak, minutes * 60, sample_every, fault_every * 60, rate, out_dir / "samples.jsonl"
         )
         soak.producer.join(600)
         produced = json.loads(report_file.read_text())
@@ -885,7 +918,8 @@ def main(
         "name": soak.flow.name,
         "allowed_lateness_s": soak.flow.allowed_lateness.total_seconds(),
     }
-    summary["stream_jvm_other_threads_cpu_s"] = dict(others.most_common(12))
+    summary["stream_jvm_other_threads_cpu_s"] = dict(processes.other_threads.most_common(12))
+    summary["stream_python_threads"] = dict(processes.driver_threads.most_common())
     plot(rows, faults, out_dir / "soak.png")
     write_figures(out_dir / "soak.json", summary)
     print_summary(summary)
@@ -908,12 +942,19 @@ def _wait(predicate: Callable[[], bool], timeout_s: float) -> bool:
 
 
 def sample_until_done(
-    soak: Soak, run_s: float, every_s: float, fault_every_s: float, rate: float
-) -> tuple[list[dict[str, float]], list[FaultRecord], Counter[str]]:
+    soak: Soak,
+    run_s: float,
+    every_s: float,
+    fault_every_s: float,
+    rate: float,
+    samples_file: Path,
+) -> tuple[list[dict[str, float]], list[FaultRecord], ProcessSampler]:
     """Sample every `every_s` while the producer runs; faults from a thread of their own. Also
-    the CPU seconds of the stream JVM's ungrouped threads by name."""
+    the sampler, which holds what it counted by thread over the run. Each sample is appended to
+    `samples_file` as it is taken."""
     batches = BatchReader(soak.progress_file)
     batches.new_batches()  # the start's own batches are not the soak's
+    samples_file.unlink(missing_ok=True)
     processes = ProcessSampler(soak)
     rows: list[dict[str, float]] = []
     faults: list[FaultRecord] = []
@@ -950,11 +991,13 @@ def sample_until_done(
         row |= processes.sample()
         row |= storage_figures(soak)
         rows.append(row)
+        with samples_file.open("a") as f:
+            f.write(json.dumps(row) + "\n")
         print(_progress_line(row), flush=True)
     injector.join(timeout=1200) if fault_every_s else None
     for r in rows:
         r["recovering"] = bool(r["recovering"])
-    return rows, faults, processes.other_threads
+    return rows, faults, processes
 
 
 def _progress_line(row: dict[str, float]) -> str:
@@ -1020,19 +1063,30 @@ def print_summary(summary: dict[str, Any]) -> None:
             f"fault {f['name']} at {f['at_s'] / 60:.1f} min: {f['detail']}; first batch after "
             f"{f['first_batch_after_s']} s, caught up after {f['caught_up_after_s']} s"
         )
+    print()
+    print_drift(summary["drift"])
+    print("\nthe stream JVM's ungrouped threads, CPU seconds over the run:")
+    for name, seconds in summary.get("stream_jvm_other_threads_cpu_s", {}).items():
+        print(f"  {name:28} {seconds:12.1f}")
+    print("\nthe stream's Python driver's threads at the last sample:")
+    for name, count in summary.get("stream_python_threads", {}).items():
+        print(f"  {name:28} {count:12d}")
+    print("\ngrowth per day (from the run's first to last sample):")
+    for name, value in sorted(summary["per_day"].items()):
+        print(f"  {name:28} {value:12.1f}")
+
+
+def print_drift(figures: dict[str, dict[str, float]], only: tuple[str, ...] = ()) -> None:
+    """common.drift's figures as a table, the series named by a prefix in `only` (all if none)."""
     heads = ("first 10%", "last 10%", "slope/h", "%/h", "30 days")
-    print(f"\n{'series':34} " + " ".join(f"{h:>11}" for h in heads))
-    for name, d in sorted(summary["drift"].items()):
+    print(f"{'series':34} " + " ".join(f"{h:>11}" for h in heads))
+    for name, d in sorted(figures.items()):
+        if only and not name.startswith(only):
+            continue
         print(
             f"{name:34} {d['first_tenth']:11.1f} {d['last_tenth']:11.1f} {d['slope_per_h']:11.2f} "
             f"{d['slope_pct_per_h']:11.1f} {d['at_30_days']:11.1f}"
         )
-    print("\nthe stream JVM's ungrouped threads, CPU seconds over the run:")
-    for name, seconds in summary.get("stream_jvm_other_threads_cpu_s", {}).items():
-        print(f"  {name:28} {seconds:12.1f}")
-    print("\ngrowth per day (from the run's first to last sample):")
-    for name, value in sorted(summary["per_day"].items()):
-        print(f"  {name:28} {value:12.1f}")
 
 
 if __name__ == "__main__":

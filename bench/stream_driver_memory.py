@@ -36,6 +36,8 @@ from common import drift, kafka, lake_env, wait_for, write_figures
 
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic
+from tidelake.streaming.stream.progress_log import progress_file
+from tidelake.streaming.stream.query import stream_name
 
 FLOW = CALL_EVENTS
 
@@ -126,7 +128,7 @@ def main(
 
         delete_topic(conf, FLOW.topic)
         ensure_topic(conf, FLOW.topic, FLOW.topic_partitions)
-        progress = work / "progress" / f"{FLOW.name}_stream.jsonl"
+        progress = progress_file(work / "progress", stream_name(FLOW))
         producer = multiprocessing.get_context("spawn").Process(
             target=_produce, args=(conf, rate, minutes * 60 + 120), daemon=True
         )

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import psutil
 
-from tidelake.assets.stream.job import stream_job_name
 from tidelake.platform.dev.dagster_web import DagsterWeb, wait_for
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.stream.query import stream_name
 
 REPO = Path(__file__).resolve().parents[1]
-JOB = stream_job_name(CALL_EVENTS)
+JOB = stream_name(CALL_EVENTS)
 QUEUE_PASS = re.compile(
     r"QueuedRunCoordinatorDaemon - \S*INFO\S* - Priority sorting and checking tag concurrency"
 )

@@ -11,12 +11,12 @@ import dagster as dg
 
 from tidelake.assets.resources import KafkaResource
 from tidelake.assets.stream.health import measure_health, recent_restarts, recent_runs
-from tidelake.assets.stream.job import stream_job_name
 from tidelake.assets.stream.supervisor_decision import SupervisorPolicy, decide
 from tidelake.assets.tables.asset_specs import LAG_BELOW_THRESHOLD, STREAM_ALIVE
 from tidelake.assets.tables.keys import table_key
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.stream.query import stream_name
 
 
 def build_stream_checks(
@@ -44,7 +44,7 @@ def build_stream_checks(
     def stream_health(
         context: dg.AssetCheckExecutionContext, kafka: KafkaResource
     ) -> Iterator[dg.AssetCheckResult]:
-        job = stream_job_name(flow)
+        job = stream_name(flow)
         instance = context.instance
         now = time.time()
         runs = recent_runs(instance, job)

@@ -15,12 +15,8 @@ from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.offsets import KafkaSourceError, from_json_offsets
 from tidelake.streaming.schemas.writer_schemas import WriterSchemas
 from tidelake.streaming.settings import EngineSettings
-from tidelake.streaming.stream.query import FlowStream
+from tidelake.streaming.stream.query import FlowStream, stream_name
 from tidelake.streaming.stream.status import kafka_ends, stream_lag
-
-
-def stream_job_name(flow: FlowSpec) -> str:
-    return f"{flow.name}_stream"
 
 
 def flow_stream(flow: FlowSpec) -> AlwaysOn[FlowStream]:
@@ -30,11 +26,11 @@ def flow_stream(flow: FlowSpec) -> AlwaysOn[FlowStream]:
         return f"{flow.topic} -> {stream.table_uri} (checkpoint {stream.checkpoint})"
 
     return AlwaysOn[FlowStream](
-        name=stream_job_name(flow),
+        name=stream_name(flow),
         tag=flow.name,
         description=f"The always-on stream of flow {flow.name}; its supervisor sensor keeps "
         "exactly one run alive. Stop the sensor before terminating a run to keep it stopped.",
-        op_name=f"run_{flow.name}_stream",
+        op_name=f"run_{stream_name(flow)}",
         op_description=f"Streams Kafka topic {flow.topic!r} into Delta table {flow.table!r} "
         "until the run is terminated.",
         make_query=lambda settings, conf: FlowStream(flow, settings, conf),

@@ -34,6 +34,7 @@ from tidelake.streaming.delta.progress import TableProgress, table_progress
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.offsets import KafkaSourceError
 from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.stream.query import stream_name
 from tidelake.streaming.stream.status import closed_dates
 
 
@@ -63,7 +64,7 @@ class SupervisorCursor:
 
 
 def supervisor_sensor_name(flow: FlowSpec) -> str:
-    return f"{flow.name}_stream_supervisor"
+    return f"{stream_name(flow)}_supervisor"
 
 
 def build_supervisor_sensor(

@@ -10,13 +10,13 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from tidelake.assets.stream.job import stream_job_name
 from tidelake.assets.stream.supervisor_sensor import supervisor_sensor_name
 from tidelake.assets.tables.keys import quarantine_key, table_key, topic_key
 from tidelake.platform.dev.dagster_web import DagsterWeb, wait_for
 from tidelake.streaming.delta.progress import table_progress
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.stream.query import stream_name
 
 
 def check_dev(
@@ -37,7 +37,7 @@ def check_dev(
         sensor = supervisor_sensor_name(flow)
         wait_for(partial(_running, web, sensor), timeout_s, f"sensor {sensor} RUNNING")
         report(f"sensor {sensor}: RUNNING")
-        job = stream_job_name(flow)
+        job = stream_name(flow)
         run = wait_for(partial(_started_run, web, job), timeout_s, f"a STARTED run of {job}")
         report(f"stream run {run['runId']}: STARTED")
         uri = settings.table_uri(flow.table)

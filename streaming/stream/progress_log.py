@@ -32,12 +32,17 @@ BatchTimes = Callable[[int], Mapping[str, float] | None]
 """A batch id -> tidelake's own timings of that batch (delta/write.py), None if unknown."""
 
 
+def progress_file(folder: Path, query_name: str) -> Path:
+    """Where the progress log of query `query_name` writes, under TIDELAKE_PROGRESS_LOG."""
+    return folder / f"{query_name}.jsonl"
+
+
 class ProgressLog:
     """Appends each executed micro-batch of one query to `<folder>/<query name>.jsonl`."""
 
     def __init__(self, folder: Path, query_name: str, batch_times: BatchTimes) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        self.path = folder / f"{query_name}.jsonl"
+        self.path = progress_file(folder, query_name)
         self._batch_times = batch_times
         self._last_batch = -1
         self._lines = logging.Logger(f"tidelake.progress.{query_name}")  # not in the hierarchy

@@ -57,6 +57,13 @@ from tidelake.streaming.stream.status import committed_batch, kafka_ends, stream
 
 log = logging.getLogger(__name__)
 
+
+def stream_name(flow: FlowSpec) -> str:
+    """The name of a flow's always-on stream: its Spark query's, its progress log file's
+    (progress_log.progress_file) and its Dagster job's."""
+    return f"{flow.name}_stream"
+
+
 _PROBE_TIMEOUT_S = 10.0
 
 
@@ -80,7 +87,7 @@ class FlowStream:
 
     @property
     def query_name(self) -> str:
-        return f"{self.flow.name}_stream"
+        return stream_name(self.flow)
 
     @property
     def table_uri(self) -> str:

@@ -34,7 +34,6 @@ from flows import PAGE_VIEWS
 from lake_readers import duckdb_query, read_delta
 
 from tidelake.assets.quality.partition_checks import EXPECTATIONS, QUARANTINE_SHARE, VOLUME
-from tidelake.assets.stream.job import stream_job_name
 from tidelake.platform.dev.check import check_dev
 from tidelake.platform.dev.dagster_web import DagsterWeb, wait_for
 from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
@@ -45,6 +44,7 @@ from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic, topic_partition_count
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.spark.session import installed_jemalloc
+from tidelake.streaming.stream.query import stream_name
 
 pytestmark = pytest.mark.slow
 
@@ -426,7 +426,7 @@ def test_a_flow_added_to_the_running_platform_streams_after_a_reload(stack: Stac
     reload of the code location its assets, stream job and supervisor appear, its supervisor
     starts the stream (which creates the topic), and its events land."""
     flow = dataclasses.replace(PAGE_VIEWS, name="e2e_page_views", topic="e2e-page-views")
-    assert stream_job_name(flow) not in {r["jobName"] for r in stack.web.runs(None)}
+    assert stream_name(flow) not in {r["jobName"] for r in stack.web.runs(None)}
     stack.flow_module.write_text(ADDED_FLOW)
     stack.web.reload_location()
 
