@@ -17,10 +17,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import click
 import psutil
+from common import thread_names
 from deltalake import DeltaTable
 
 _APPENDS = """
@@ -37,14 +37,7 @@ for _ in range(int(sys.argv[2])):
 
 def runtime_threads() -> int:
     """This process's threads of delta-rs's tokio runtime (its workers and blocking pool)."""
-    return sum(1 for t in psutil.Process().threads() if _name(t.id) == "tokio-rt-worker")
-
-
-def _name(tid: int) -> str:
-    try:
-        return Path(f"/proc/self/task/{tid}/comm").read_text().strip()
-    except OSError:
-        return ""
+    return thread_names()["tokio-rt-worker"]
 
 
 def append(table: str, commits: int) -> None:

@@ -48,7 +48,7 @@ from typing import Any
 import click
 import numpy as np
 import psutil
-from common import drift, state_cost, wait_for, write_figures
+from common import drift, state_cost, thread_names, wait_for, write_figures
 from soak_flow import LATENESS_ENV, MODULE, soak_flow
 
 from tidelake.platform.local.kafka_cluster import LocalKafkaCluster
@@ -121,6 +121,13 @@ SERIES_AGE = {
 the stream's micro-batch figures by its JVM, which a restart leaves cold (JIT, the state's cache)
 for minutes after it has caught up."""
 DAY_S = 86_400.0
+SETTLE_OPTION = click.option(
+    "--settle",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Minutes a process must have run, and the run too, before its series count.",
+)
 PRODUCER_TIMEOUT_MS = 600_000
 """How long the soak's producer retries an event: past the broker fault's outage. A broker
 SIGKILLed after 50 minutes at 6,000 events/s took 88.5 s to serve again (it recovers its logs),
@@ -373,7 +380,7 @@ class ProcessSampler:
                 threads[role] += proc.num_threads()
                 if role == "stream-python":
                     anon_mb += _anonymous_mb(proc.pid)
-                    driver_threads.update(name for name, _ in thread_cpu_s(proc.pid).values())
+                    driver_threads.update(thread_names(proc.pid))
                 created = proc.create_time()
             except psutil.Error:
                 continue
@@ -821,7 +828,7 @@ def plot(rows: list[dict[str, float]], faults: list[FaultRecord], path: Path) ->
     show_default=True,
     help="Minutes between faults (0: none): the stream killed, the broker crashed, maintenance.",
 )
-@click.option("--settle", type=click.FloatRange(min=0), default=10.0, show_default=True)
+@SETTLE_OPTION
 @click.option(
     "--trigger-interval",
     default=lambda: EngineSettings().trigger_interval,

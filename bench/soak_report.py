@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 from common import drift
-from soak import SERIES_AGE, print_drift
+from soak import SERIES_AGE, SETTLE_OPTION, print_drift
 
 
 def read_rows(path: Path) -> list[dict[str, float]]:
@@ -32,13 +32,7 @@ def read_rows(path: Path) -> list[dict[str, float]]:
 @click.command()
 @click.argument("samples", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--from-minute", type=click.FloatRange(min=0), default=10.0, show_default=True)
-@click.option(
-    "--settle",
-    type=click.FloatRange(min=0),
-    default=10.0,
-    show_default=True,
-    help="Minutes a process must have run before its series count.",
-)
+@SETTLE_OPTION
 @click.option("--only", multiple=True, help="Series whose names start with this (repeatable).")
 def main(samples: Path, from_minute: float, settle: float, only: tuple[str, ...]) -> None:
     rows = read_rows(samples)

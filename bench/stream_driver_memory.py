@@ -26,13 +26,14 @@ import tempfile
 import threading
 import time
 import tracemalloc
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import click
 import psutil
 import pyarrow as pa
-from common import drift, kafka, lake_env, wait_for, write_figures
+from common import drift, kafka, lake_env, thread_names, wait_for, write_figures
 
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic
@@ -72,14 +73,10 @@ def _jvm_rss(me: psutil.Process) -> int:
 def _thread_names() -> dict[str, int]:
     """The driver's threads by name (Python's and native ones alike, as the kernel lists them),
     digits folded so that a pool's threads count as one name."""
-    names: dict[str, int] = {}
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            name = "".join("#" if c.isdigit() else c for c in (task / "comm").read_text().strip())
-        except FileNotFoundError:  # ended meanwhile
-            continue
-        names[name] = names.get(name, 0) + 1
-    return dict(sorted(names.items(), key=lambda item: -item[1]))
+    folded: Counter[str] = Counter()
+    for name, count in thread_names().items():
+        folded["".join("#" if c.isdigit() else c for c in name)] += count
+    return dict(folded.most_common())
 
 
 def _batches(progress: Path) -> int:
