@@ -46,9 +46,11 @@ import click
 import pyarrow as pa
 from common import lake_env, write_figures
 from deltalake.transaction import AddAction, CommitProperties, Transaction
+from pyarrow.fs import FileType
 
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.delta import commit as delta_commit
+from tidelake.streaming.delta import log_append
 from tidelake.streaming.delta.commit import batch_recorded, commit_files
 from tidelake.streaming.delta.evolution import contract_schema, evolve_table
 from tidelake.streaming.delta.files import DataFile, write_arrow_files
@@ -244,6 +246,54 @@ def write_checkpoint(
             out.write(json.dumps(last | {"version": version}).encode())
     fs.delete_dir(scratch)
     return time.perf_counter() - started
+
+
+def seed_tombstones(uri: str, count: int, window_s: float, now_s: float) -> int:
+    """Give a table a stream has just started on the tombstones that `count` compacted files
+    leave in the last `window_s` (the file retention), deletion times spread evenly over it so
+    that they leave the checkpoints as fast as a steady compaction adds new ones: the state of a
+    stream's table on its 30th day as its checkpoints carry it. One empty commit after the
+    table's entries (taken by name, racing the stream as another writer would), and a checkpoint
+    at it with the table's state and the tombstones, which the stream's own checkpoints carry
+    on from. Returns that version; refuses a table already checkpointed."""
+    fs, root = filesystem(uri)
+    if fs.get_file_info(f"{root}/_delta_log/_last_checkpoint").type != FileType.NotFound:
+        raise click.ClickException(f"{uri} is checkpointed already: seed it before commit 100")
+    for _ in range(delta_commit.LOST_RACES_AT_MOST):
+        actions, version = [], 0
+        while (entry := log_append.read_entry(uri, version)) is not None:
+            actions += entry
+            version += 1
+        empty = commit_info_line(now_s, "WRITE", version - 1) + "\n"
+        if log_append.put_entry(uri, version, empty.encode()):
+            break
+    else:
+        raise click.ClickException(f"{uri}: the stream took every version the seed tried")
+    head = [json.dumps(a) for a in actions if "protocol" in a]
+    head += [json.dumps(a) for a in actions if "metaData" in a][-1:]
+    state = LogState()
+    txns: dict[str, dict] = {}
+    for action in actions:
+        if "add" in action:
+            state.add(action["add"]["path"], json.dumps(action))
+        elif "remove" in action:
+            removed = action["remove"]
+            state.remove(removed["path"], removed["deletionTimestamp"] / 1000, json.dumps(action))
+        elif "txn" in action:
+            txns[action["txn"]["appId"]] = action
+    yesterday = datetime.fromtimestamp(now_s, UTC).date() - timedelta(days=1)
+    for n in range(count):
+        path = f"date={yesterday.isoformat()}/part-seeded-{n:08d}.zstd.parquet"
+        at_s = now_s - window_s * (n + 0.5) / count
+        state.remove(path, at_s, remove_line(path, yesterday, at_s, SEEDED_FILE_SIZE))
+    files = state.lines(now_s, int(window_s))[1:]  # without LogState's one txn: each app's here
+    lines = [json.dumps(t) for t in txns.values()] + files
+    write_checkpoint(uri, head, lines, version, now_s, newest=True)
+    return version
+
+
+SEEDED_FILE_SIZE = 40_000
+"""Bytes a seeded tombstone names: a stream's small file at 6,000 events/s."""
 
 
 def grow_aged_log(uri: str, shape: StreamShape, sample: DataFile, now_s: float) -> dict:

@@ -10,7 +10,9 @@ the table, the quarantine) and Dagster's storage. Every --fault-every minutes it
 next fault: the stream's JVM SIGKILLed (its Dagster run fails; the supervisor starts another),
 the broker crashed and restarted, a compaction and a vacuum racing the stream. At the end it
 waits for the stream to catch up and reads the tables back with DuckDB: every good event once,
-every malformed one in quarantine.
+every malformed one in quarantine. With --aged the table and the quarantine are first seeded
+with the tombstones they carry on a stream's 30th day (a file retention of hourly compactions,
+expiring as new ones come), so that the hour measured is a month-old stream's, not a new one's.
 
 Writes samples.jsonl as it samples (a run that fails keeps what it measured), then soak.csv
 (one row a sample), soak.png (every series over time) and soak.json (the
@@ -49,6 +51,7 @@ import click
 import numpy as np
 import psutil
 from common import drift, state_cost, thread_names, wait_for, write_figures
+from delta_log_age import duration_s, seed_tombstones
 from soak_flow import LATENESS_ENV, MODULE, soak_flow
 
 from tidelake.platform.local.kafka_cluster import LocalKafkaCluster
@@ -642,6 +645,25 @@ def maintenance_race(soak: Soak) -> str:
 # the platform
 
 
+AGED_FILES_PER_HOUR = {"table": 14_000, "quarantine": 6_500}
+"""The stream's small files an hour that the hourly compaction turns into tombstones, at 6,000
+events/s and the default trigger (the twelfth soak): `--aged` seeds a file retention of them."""
+
+
+def seed_aged_state(soak: Soak) -> dict[str, int]:
+    """The tombstones the table and the quarantine carry on a stream's 30th day (a file retention
+    of hourly compactions), seeded once the stream has created them and before it is fed, so
+    that their checkpoints cost what they cost in a month, not in a stream's first hour."""
+    retention_s = duration_s(EngineSettings().delta_log_retention)
+    now_s = time.time()
+    seeded = {}
+    for name, table in (("table", soak.table), ("quarantine", soak.quarantine)):
+        count = int(AGED_FILES_PER_HOUR[name] * retention_s / 3600)
+        seed_tombstones(str(table), count, retention_s, now_s)
+        seeded[name] = count
+    return seeded
+
+
 def fed_flow(lateness_min: float | None) -> FlowSpec:
     """The flow the soak feeds: call_events as shipped, or with `lateness_min` minutes of
     allowed lateness as a flow of its own (soak_flow.py)."""
@@ -843,6 +865,13 @@ def plot(rows: list[dict[str, float]], faults: list[FaultRecord], path: Path) ->
     "it) instead of call_events (2 h: keys live 5 h), so that the state stops growing inside the "
     "run. call_events' stream and detector then run idle.",
 )
+@click.option(
+    "--aged/--new",
+    default=False,
+    show_default=True,
+    help="Seed the table and the quarantine, before feeding them, with the tombstones a stream's "
+    "30th day carries (AGED_FILES_PER_HOUR over the file retention), expiring as new ones come.",
+)
 @click.option("--late-share", type=click.FloatRange(0, 1), default=0.05, show_default=True)
 @click.option("--duplicate-share", type=click.FloatRange(0, 1), default=0.01, show_default=True)
 @click.option("--malformed-share", type=click.FloatRange(0, 1), default=0.001, show_default=True)
@@ -861,6 +890,7 @@ def main(
     settle: float,
     trigger_interval: str,
     lateness_min: float | None,
+    aged: bool,
     late_share: float,
     duplicate_share: float,
     malformed_share: float,
@@ -886,7 +916,13 @@ def main(
     with platform(work, trigger_interval, flow) as soak:
         wait_for(lambda: (soak.table / "_delta_log").exists(), 600, "the stream's table")
         wait_for(lambda: soak.progress_file.exists(), 600, "the stream's first batch")
-        print(f"stream up after {time.time() - soak.started:.0f} s; producing")
+        print(f"stream up after {time.time() - soak.started:.0f} s")
+        seeded = {}
+        if aged:
+            wait_for(lambda: (soak.quarantine / "_delta_log").exists(), 60, "the quarantine")
+            seeded = seed_aged_state(soak)
+            print(f"seeded tombstones of a 30th day: {seeded}")
+        print("producing")
         report_file = work / "produced.json"
         soak.producer = multiprocessing.get_context("spawn").Process(
             target=produce,
@@ -921,6 +957,7 @@ def main(
     summary["final_storage"] = final_storage
     summary["started_at"] = datetime.fromtimestamp(started_at, UTC).isoformat()
     summary["trigger_interval"] = trigger_interval
+    summary["seeded_tombstones"] = seeded
     summary["flow"] = {
         "name": soak.flow.name,
         "allowed_lateness_s": soak.flow.allowed_lateness.total_seconds(),
