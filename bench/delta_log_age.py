@@ -46,7 +46,6 @@ import click
 import pyarrow as pa
 from common import lake_env, write_figures
 from deltalake.transaction import AddAction, CommitProperties, Transaction
-from pyarrow.fs import FileType
 
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.delta import commit as delta_commit
@@ -255,10 +254,10 @@ def seed_tombstones(uri: str, count: int, window_s: float, now_s: float) -> int:
     stream's table on its 30th day as its checkpoints carry it. One empty commit after the
     table's entries (taken by name, racing the stream as another writer would), and a checkpoint
     at it with the table's state and the tombstones, which the stream's own checkpoints carry
-    on from. Returns that version; refuses a table already checkpointed."""
-    fs, root = filesystem(uri)
-    if fs.get_file_info(f"{root}/_delta_log/_last_checkpoint").type != FileType.NotFound:
-        raise click.ClickException(f"{uri} is checkpointed already: seed it before commit 100")
+    on from. Returns that version; refuses a table whose log was cut (its entries replayed from
+    the first make its state)."""
+    if log_append.read_entry(uri, 0) is None:  # the state is then more than the entries left
+        raise click.ClickException(f"{uri} lacks its first log entry: seed a new table")
     for _ in range(delta_commit.LOST_RACES_AT_MOST):
         actions, version = [], 0
         while (entry := log_append.read_entry(uri, version)) is not None:
@@ -269,8 +268,7 @@ def seed_tombstones(uri: str, count: int, window_s: float, now_s: float) -> int:
             break
     else:
         raise click.ClickException(f"{uri}: the stream took every version the seed tried")
-    head = [json.dumps(a) for a in actions if "protocol" in a]
-    head += [json.dumps(a) for a in actions if "metaData" in a][-1:]
+    head = [json.dumps([a for a in actions if kind in a][-1]) for kind in ("protocol", "metaData")]
     state = LogState()
     txns: dict[str, dict] = {}
     for action in actions:
