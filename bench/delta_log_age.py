@@ -199,12 +199,12 @@ def _stream_file(batch: int, day: date) -> str:
 
 
 class LogState:
-    """A table's state as its checkpoint holds it: live files, tombstones, the stream's txn."""
+    """A table's state as its checkpoint holds it: live files, tombstones, each app's txn."""
 
     def __init__(self) -> None:
         self.adds: dict[str, str] = {}
         self.removes: dict[str, tuple[float, str]] = {}  # path: (deleted at, action)
-        self.txn = ""
+        self.txns: dict[str, str] = {}  # app id: its newest txn action
 
     def add(self, path: str, line: str) -> None:
         self.adds[path] = line
@@ -216,7 +216,7 @@ class LogState:
 
     def lines(self, at_s: float, file_retention_s: int) -> list[str]:
         kept = [line for t, line in self.removes.values() if t > at_s - file_retention_s]
-        return [self.txn, *self.adds.values(), *kept]
+        return [*self.txns.values(), *self.adds.values(), *kept]
 
 
 def write_checkpoint(
@@ -256,13 +256,13 @@ def seed_tombstones(uri: str, count: int, window_s: float, now_s: float) -> int:
     at it with the table's state and the tombstones, which the stream's own checkpoints carry
     on from. Returns that version; refuses a table whose log was cut (its entries replayed from
     the first make its state)."""
-    if log_append.read_entry(uri, 0) is None:  # the state is then more than the entries left
-        raise click.ClickException(f"{uri} lacks its first log entry: seed a new table")
     for _ in range(delta_commit.LOST_RACES_AT_MOST):
         actions, version = [], 0
         while (entry := log_append.read_entry(uri, version)) is not None:
             actions += entry
             version += 1
+        if version == 0:  # the state is then more than the entries left
+            raise click.ClickException(f"{uri} lacks its first log entry: seed a new table")
         empty = commit_info_line(now_s, "WRITE", version - 1) + "\n"
         if log_append.put_entry(uri, version, empty.encode()):
             break
@@ -270,7 +270,6 @@ def seed_tombstones(uri: str, count: int, window_s: float, now_s: float) -> int:
         raise click.ClickException(f"{uri}: the stream took every version the seed tried")
     head = [json.dumps([a for a in actions if kind in a][-1]) for kind in ("protocol", "metaData")]
     state = LogState()
-    txns: dict[str, dict] = {}
     for action in actions:
         if "add" in action:
             state.add(action["add"]["path"], json.dumps(action))
@@ -278,15 +277,13 @@ def seed_tombstones(uri: str, count: int, window_s: float, now_s: float) -> int:
             removed = action["remove"]
             state.remove(removed["path"], removed["deletionTimestamp"] / 1000, json.dumps(action))
         elif "txn" in action:
-            txns[action["txn"]["appId"]] = action
+            state.txns[action["txn"]["appId"]] = json.dumps(action)
     yesterday = datetime.fromtimestamp(now_s, UTC).date() - timedelta(days=1)
     for n in range(count):
         path = f"date={yesterday.isoformat()}/part-seeded-{n:08d}.zstd.parquet"
         at_s = now_s - window_s * (n + 0.5) / count
         state.remove(path, at_s, remove_line(path, yesterday, at_s, SEEDED_FILE_SIZE))
-    files = state.lines(now_s, int(window_s))[1:]  # without LogState's one txn: each app's here
-    lines = [json.dumps(t) for t in txns.values()] + files
-    write_checkpoint(uri, head, lines, version, now_s, newest=True)
+    write_checkpoint(uri, head, state.lines(now_s, int(window_s)), version, now_s, newest=True)
     return version
 
 
@@ -360,7 +357,7 @@ def grow_aged_log(uri: str, shape: StreamShape, sample: DataFile, now_s: float) 
     )
     for batch in range(batch_at(max(first_s, uncompacted_from)), first_batch):
         state.add(*stream_add(batch))
-    state.txn = txn(first_batch - 1, window_start_s - period)
+    state.txns[APP_ID] = txn(first_batch - 1, window_start_s - period)
     history_actions = len(state.adds) + len(state.removes)
     checkpoint_s = [
         write_checkpoint(uri, head, state.lines(window_start_s, shape.file_retention_s), 1,
@@ -396,10 +393,10 @@ def grow_aged_log(uri: str, shape: StreamShape, sample: DataFile, now_s: float) 
             entries.append(Entry(at, lines, version=len(entries) + 2))
         path, line = stream_add(batch)
         state.add(path, line)
-        state.txn = txn(batch, at)
+        state.txns[APP_ID] = batch_txn = txn(batch, at)
         batch_info = {"tidelake.app_id": APP_ID, "tidelake.batch": batch}
         entries.append(
-            Entry(at, [commit_info_line(at, "WRITE", 0, **batch_info), state.txn, line],
+            Entry(at, [commit_info_line(at, "WRITE", 0, **batch_info), batch_txn, line],
                   version=len(entries) + 2)
         )  # fmt: skip
         version = entries[-1].version
