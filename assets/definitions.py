@@ -12,6 +12,10 @@ import dagster as dg
 
 from tidelake.assets.calls.anomaly_definitions import anomaly_definitions
 from tidelake.assets.flow_definitions import flow_definitions
+from tidelake.assets.history.retention import (
+    build_history_retention_job,
+    build_history_retention_schedule,
+)
 from tidelake.assets.resources import KafkaResource, engine_settings, spark_resource
 from tidelake.assets.stream.supervisor_decision import SupervisorPolicy
 from tidelake.streaming.calls.call_events import CALL_EVENTS
@@ -39,7 +43,10 @@ def build_definitions(
     per_flow += [
         add(flows[name], settings, policy) for name, add in FLOW_ADDITIONS.items() if name in flows
     ]
+    history_retention = build_history_retention_job(settings)
     shared = dg.Definitions(
+        jobs=[history_retention],
+        schedules=[build_history_retention_schedule(history_retention)],
         resources={"kafka": KafkaResource(), "spark": spark_resource(settings)},
         # a run's steps share its process and so its one Spark session: a process per step
         # started a JVM per step (docs/running.md, "A run's steps share one process")

@@ -41,6 +41,7 @@ import logging
 import os
 import re
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -70,8 +71,9 @@ from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventL
 from dagster._core.storage.runs.schema import RunsTable
 from dagster._core.storage.schedules.schema import JobTickTable
 from dagster._core.test_utils import create_run_for_test
-from sqlalchemy import func, select, text
+from sqlalchemy import create_engine, func, select, text
 
+from tidelake.assets.history.retention import purge_dagster_history
 from tidelake.assets.stream.supervisor_sensor import supervisor_sensor_name
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.stream.query import stream_name
@@ -323,6 +325,39 @@ def storage_bytes(instance: dg.DagsterInstance, home: Path) -> int:
         return int(conn.execute(text("select pg_database_size(current_database())")).scalar_one())
 
 
+def purge_to_retention(instance: dg.DagsterInstance, home: Path, days: float) -> dict[str, Any]:
+    """The daily retention job's purge (`purge_dagster_history`) at `days`, timed, then the
+    storage compacted (SQLite VACUUM, PostgreSQL VACUUM FULL) so that its bytes are those the
+    history kept holds: in a running instance the purge frees pages that the next days' rows
+    reuse, so the files stay at that size instead of shrinking to it."""
+    before = {"rows": table_rows(instance), "bytes": storage_bytes(instance, home)}
+    started = time.perf_counter()
+    purged = purge_dagster_history(instance, time.time() - days * DAY_S)
+    purge_s = time.perf_counter() - started
+    started = time.perf_counter()
+    storage = instance.event_log_storage
+    if isinstance(storage, SqliteEventLogStorage):
+        for db_file in [
+            f for folder in ("history", "schedules") for f in (home / folder).rglob("*.db")
+        ]:
+            with contextlib.closing(sqlite3.connect(db_file)) as conn:
+                conn.execute("VACUUM")
+    else:
+        engine = create_engine(storage.postgres_url, isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            conn.execute(text("VACUUM FULL"))
+        engine.dispose()
+    return {
+        "before_purge": before,
+        "retention_days": days,
+        "purge_s": purge_s,
+        "vacuum_s": time.perf_counter() - started,
+        "runs_deleted": purged.runs,
+        "events_deleted": purged.events,
+        "check_executions_deleted": purged.check_executions,
+    }
+
+
 # ---- seeding -----------------------------------------------------------------------------------
 
 
@@ -471,6 +506,15 @@ class Seeder:
                 DagsterEvent(DagsterEventType.RUN_FAILURE.value, job_name=JOB, message=failure),
                 run.run_id,
                 timestamp=end,
+            )
+        # the run's row last changed when it ended (or started), as it would have
+        with self.instance.run_storage.connect() as conn:  # type: ignore[attr-defined]
+            conn.execute(
+                RunsTable.update()
+                .where(RunsTable.c.run_id == run.run_id)
+                .values(
+                    update_timestamp=datetime.fromtimestamp(end or start, UTC).replace(tzinfo=None)
+                )
             )
         return run.run_id
 
@@ -876,6 +920,12 @@ def verify(templates: Templates, hours: float = 1.0) -> dict[str, Any]:
 @click.option("--ticks", default=15, show_default=True, help="ticks timed per instance")
 @click.option("--repeats", default=5, show_default=True, help="runs of each page query")
 @click.option("--verify/--no-verify", "check", default=True, help="compare bulk and real seeding")
+@click.option(
+    "--retention-days",
+    type=click.FloatRange(min=0, min_open=True),
+    help="purge the aged instances to this many days (the daily dagster_history_retention "
+    "job) before measuring them",
+)
 @click.option("--keep", is_flag=True, help="keep the instances' folders")
 @click.option("--out", type=click.Path(path_type=Path))
 def main(
@@ -887,6 +937,7 @@ def main(
     ticks: int,
     repeats: int,
     check: bool,
+    retention_days: float | None,
     keep: bool,
     out: Path | None,
 ) -> None:
@@ -964,6 +1015,10 @@ def main(
                             seeded_s = time.perf_counter() - started
                             # the live run reports on: seeding took minutes
                             seeder.progress(live, [time.time()], PROGRESS_S)
+                            purge = None
+                            if retention_days and age == "aged":
+                                purge = purge_to_retention(instance, site.home, retention_days)
+                                click.echo(f"{label}: purged to {retention_days:g} days: {purge}")
                             if storage == "postgres":
                                 with instance.event_log_storage.index_connection() as conn:
                                     conn.execute(text("analyze"))  # as autovacuum would
@@ -985,6 +1040,7 @@ def main(
                         "bytes": size,
                         "tick": tick,
                         "page_ms": page,
+                        "purge": purge,
                     }
                     figures["runs"][label] = result
                     click.echo(
@@ -1026,11 +1082,15 @@ def report(figures: dict[str, Any]) -> None:
         if not label.endswith("/aged") or new is None:
             continue
         rows = sum(aged["rows"].values()) - sum(new["rows"].values())
+        # a purged instance holds the retention's days, not the days seeded
+        kept_days = (
+            min(grown_days, aged["purge"]["retention_days"]) if aged.get("purge") else grown_days
+        )
         cells = (
             label.removesuffix("/aged"),
             f"{aged['bytes'] / 1e6:.1f}",
-            f"{(aged['bytes'] - new['bytes']) / grown_days / 1e6:.2f}",
-            f"{rows / grown_days:,.0f}",
+            f"{(aged['bytes'] - new['bytes']) / kept_days / 1e6:.2f}",
+            f"{rows / kept_days:,.0f}",
             f"{aged['rows']['job_ticks']:,}",
             f"{new['tick']['tick_min_ms']:.0f}->{aged['tick']['tick_min_ms']:.0f}",
             f"{aged['tick']['tick_min_ms'] / new['tick']['tick_min_ms']:.2f}",
@@ -1043,6 +1103,18 @@ def report(figures: dict[str, Any]) -> None:
                 for i, (c, w) in enumerate(zip(cells, widths, strict=True))
             )
         )
+    for label, r in runs.items():
+        if purge := r.get("purge"):
+            before = purge["before_purge"]
+            click.echo(
+                f"\n{label}: {before['bytes'] / 1e6:,.1f} MB and "
+                f"{sum(before['rows'].values()):,} rows before the purge to "
+                f"{purge['retention_days']:g} days, {r['bytes'] / 1e6:,.1f} MB and "
+                f"{sum(r['rows'].values()):,} rows after; the purge took {purge['purge_s']:.1f} s "
+                f"({purge['runs_deleted']:,} runs, {purge['events_deleted']:,} events, "
+                f"{purge['check_executions_deleted']:,} check executions), the vacuum "
+                f"{purge['vacuum_s']:.1f} s"
+            )
     click.echo("\nasset page queries, best of the runs (ms):")
     for label, r in runs.items():
         parts = [

@@ -113,10 +113,21 @@ Spark's tasks, the query's own thread (planning each micro-batch, the foreachBat
 background flushes and compactions, the collector, the JIT; the rest is "other". A task's time
 includes its RocksDB gets and puts; compaction is not in it."""
 THREAD_GROUPS = (*(g for g, _ in STREAM_THREADS), "other")
+JVM_MEMORY_SERIES = (
+    "jvm_mb_heap_used",
+    "jvm_mb_metaspace",
+    "jvm_mb_code_cache",
+)
+"""What the stream JVM says of its own memory (jcmd GC.heap_info, Compiler.codecache): the heap
+is fixed (-Xms = -Xmx), so of its RSS's growth these name the JVM's share (generated classes,
+compiled code); the rest of its anonymous memory is native: RocksDB, thread stacks, buffers."""
+JVM_MEMORY_EVERY_S = 120.0
+"""jcmd starts a JVM of its own (~0.5 s of CPU): the stream JVM is asked every 2 minutes."""
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SERIES_AGE = {
     **{f"{kind}_{r}": f"age_s_{r}" for r in ROLES for kind in ("rss_mb", "cpu_pct", "threads")},
     "rss_anon_mb_stream-python": "age_s_stream-python",
+    **{name: "age_s_stream-jvm" for name in (*JVM_MEMORY_SERIES, "rss_anon_mb_stream-jvm")},
     **{name: "age_s_stream-jvm" for name in STREAM_SERIES},
     **{f"stream_jvm_cpu_pct_{g}": "age_s_stream-jvm" for g in THREAD_GROUPS},
 }
@@ -340,6 +351,39 @@ def _anonymous_mb(pid: int) -> float:
     return 0.0
 
 
+_HEAP_USED = re.compile(r"heap\s+total \d+K, used (\d+)K")
+_METASPACE = re.compile(r"^\s*Metaspace\s+used \d+K, committed (\d+)K", re.MULTILINE)
+_CODE_HEAP_USED = re.compile(r"^CodeHeap '[^']+': size=\d+Kb used=(\d+)Kb", re.MULTILINE)
+
+
+def jvm_memory_mb(pid: int) -> dict[str, float]:
+    """The heap's used part, the metaspace's committed part and the code cache's used part of a
+    running JVM, from its own JDK's jcmd; empty if it cannot be asked."""
+    try:
+        jcmd = Path(os.readlink(f"/proc/{pid}/exe")).with_name("jcmd")
+    except OSError:
+        return {}
+
+    def ask(command: str) -> str:
+        done = subprocess.run(
+            [str(jcmd), str(pid), command], capture_output=True, text=True, timeout=30
+        )
+        return done.stdout if done.returncode == 0 else ""
+
+    try:
+        heap, code = ask("GC.heap_info"), ask("Compiler.codecache")
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    out: dict[str, float] = {}
+    if used := _HEAP_USED.search(heap):
+        out["jvm_mb_heap_used"] = int(used.group(1)) / 1024
+    if meta := _METASPACE.search(heap):
+        out["jvm_mb_metaspace"] = int(meta.group(1)) / 1024
+    if heaps := _CODE_HEAP_USED.findall(code):
+        out["jvm_mb_code_cache"] = sum(int(k) for k in heaps) / 1024
+    return out
+
+
 def thread_group(name: str) -> str:
     return next((g for g, prefixes in STREAM_THREADS if name.startswith(prefixes)), "other")
 
@@ -358,13 +402,15 @@ class ProcessSampler:
         """The stream's Python driver's threads by name, at the last sample."""
         self._at = time.monotonic()
         self._wall_at = time.time()
+        self._jvm_memory: dict[str, float] = {}
+        self._jvm_memory_at = 0.0
 
     def sample(self) -> dict[str, float]:
         workers = _live_run_workers(self.soak.dagster_home)
         rss = dict.fromkeys(ROLES, 0.0)
         cpu_s = dict.fromkeys(ROLES, 0.0)
         threads = dict.fromkeys(ROLES, 0.0)
-        anon_mb = 0.0
+        anon_mb = jvm_anon_mb = 0.0
         driver_threads: Counter[str] = Counter()
         born = dict.fromkeys(ROLES, 0.0)  # the role's youngest process
         cpu_now: dict[int, float] = {}
@@ -391,6 +437,8 @@ class ProcessSampler:
             new = created > self._wall_at  # born since the last sample
             cpu_s[role] += used - self._cpu.get(proc.pid, 0.0 if new else used)
             if role == "stream-jvm":
+                jvm_anon_mb += _anonymous_mb(proc.pid)
+                self._ask_jvm_memory(proc.pid)
                 jvm_threads = threads_now[proc.pid] = thread_cpu_s(proc.pid)
                 seen = self._threads.get(proc.pid, {} if new else None)
                 if seen is None:  # first sight of a JVM older than the sampler: a baseline
@@ -410,10 +458,19 @@ class ProcessSampler:
         out |= {f"cpu_pct_{r}": 100 * cpu_s[r] / wall for r in ROLES}
         out |= {f"threads_{r}": threads[r] for r in ROLES}
         out["rss_anon_mb_stream-python"] = anon_mb
+        out["rss_anon_mb_stream-jvm"] = jvm_anon_mb
+        out |= {name: self._jvm_memory.get(name, np.nan) for name in JVM_MEMORY_SERIES}
         out |= {f"stream_jvm_cpu_pct_{g}": 100 * s / wall for g, s in by_thread.items()}
         out |= {f"age_s_{r}": self._wall_at - born[r] for r in ROLES if born[r]}
         out["rss_mb_total"] = sum(rss.values())
         return out
+
+    def _ask_jvm_memory(self, pid: int) -> None:
+        """Refresh the stream JVM's own figures when they are older than JVM_MEMORY_EVERY_S
+        (a sample between two asks repeats the last answer)."""
+        if time.monotonic() - self._jvm_memory_at >= JVM_MEMORY_EVERY_S:
+            self._jvm_memory = jvm_memory_mb(pid)
+            self._jvm_memory_at = time.monotonic()
 
     def _processes(self, workers: dict[int, str]) -> Iterator[tuple[psutil.Process, str]]:
         broker_pid = self.soak.cluster.broker(1).pid
@@ -800,6 +857,10 @@ def plot(rows: list[dict[str, float]], faults: list[FaultRecord], path: Path) ->
         (
             "stream JVM CPU by thread (% of a core)",
             [f"stream_jvm_cpu_pct_{g}" for g in THREAD_GROUPS],
+        ),
+        (
+            "stream JVM memory (MB): RSS, anonymous; heap used, metaspace, code cache (jcmd)",
+            ["rss_mb_stream-jvm", "rss_anon_mb_stream-jvm", *JVM_MEMORY_SERIES],
         ),
         ("lag (records)", ["lag"]),
         ("RSS (MB)", [f"rss_mb_{r}" for r in ROLES] + ["rss_mb_total"]),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 from common import drift
-from soak import SERIES_AGE, SETTLE_OPTION, print_drift
+from soak import SERIES_AGE, SETTLE_OPTION, FaultRecord, plot, print_drift
 
 
 def read_rows(path: Path) -> list[dict[str, float]]:
@@ -34,13 +34,26 @@ def read_rows(path: Path) -> list[dict[str, float]]:
 @click.option("--from-minute", type=click.FloatRange(min=0), default=10.0, show_default=True)
 @SETTLE_OPTION
 @click.option("--only", multiple=True, help="Series whose names start with this (repeatable).")
-def main(samples: Path, from_minute: float, settle: float, only: tuple[str, ...]) -> None:
+@click.option(
+    "--plot",
+    "plot_to",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Draw the run's plot again here (the faults from soak.json beside SAMPLES, if any).",
+)
+def main(
+    samples: Path, from_minute: float, settle: float, only: tuple[str, ...], plot_to: Path | None
+) -> None:
     rows = read_rows(samples)
     window = [r for r in rows if r["t_s"] >= from_minute * 60]
     run_s = rows[-1]["t_s"] if rows else 0.0
     figures = drift(window, settle * 60, run_s, SERIES_AGE)
     print(f"{samples}: {len(window)} samples from minute {from_minute:g}")
     print_drift(figures, only)
+    if plot_to is not None:
+        summary = samples.with_name("soak.json")
+        faults = json.loads(summary.read_text()).get("faults", []) if summary.exists() else []
+        plot(rows, [FaultRecord(**f) for f in faults], plot_to)
+        print(f"plot: {plot_to}")
 
 
 if __name__ == "__main__":

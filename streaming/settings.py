@@ -162,6 +162,16 @@ class EngineSettings(BaseSettings):
             "compacted and checked"
         ),
     )
+    dagster_history_days: float = Field(
+        default=30,
+        gt=0,
+        description=(
+            "days of Dagster's history kept by the daily dagster_history_retention job: ended "
+            "runs that materialized nothing, log lines, observations and check evaluations "
+            "older than this are deleted (materializations stay); sensor ticks follow "
+            "dagster.yaml's retention"
+        ),
+    )
 
     progress_log: Path | None = Field(
         default=None,

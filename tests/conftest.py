@@ -26,10 +26,12 @@ import socket
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from local_postgres import LocalPostgres, local_postgres, postgres_bin
 
 from tidelake.platform.local.kafka_broker import LocalKafkaBroker
 from tidelake.platform.local.s3_server import LocalS3Server
@@ -203,6 +205,35 @@ def schema_registry() -> Iterator[Any]:
 
     with LocalSchemaRegistry() as registry:
         yield registry
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[LocalPostgres]:
+    """The session's PostgreSQL server (Debian's package), started by the first test that asks;
+    each test takes a database of its own (LocalPostgres.new_database)."""
+    if postgres_bin() is None:
+        pytest.skip("needs Debian's postgresql package (.ci/run installs it)")
+    with local_postgres() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def make_instance(
+    request: pytest.FixtureRequest,
+) -> Callable[[], AbstractContextManager[Any]]:
+    """A fresh Dagster instance on SQLite (Dagster's default) or on PostgreSQL (a new database
+    each time): what tidelake does with Dagster's storage must hold on both."""
+    import dagster as dg
+
+    if request.param == "sqlite":
+        return dg.instance_for_test
+    server: LocalPostgres = request.getfixturevalue("postgres_server")
+
+    def on_postgres() -> AbstractContextManager[Any]:
+        url = server.new_database()
+        return dg.instance_for_test(overrides={"storage": {"postgres": {"postgres_url": url}}})
+
+    return on_postgres
 
 
 @pytest.fixture(scope="session")

@@ -13,8 +13,6 @@ import json
 import random
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,6 @@ from deltalake.exceptions import DeltaError
 from kafka_topics import KEEP_FOREVER, set_retention
 from lake_readers import read_delta
 from live_stream import run_available_now
-from local_postgres import LocalPostgres, local_postgres, postgres_bin
 
 from tidelake.assets.definitions import build_definitions
 from tidelake.assets.resources import KafkaResource
@@ -62,31 +59,6 @@ def flow(kafka_conf: dict[str, Any], topic_name: str) -> Any:
     flow = dataclasses.replace(CALL_EVENTS, topic=topic_name, max_lag=10)
     ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
     return flow
-
-
-@pytest.fixture(scope="module")
-def postgres_server() -> Iterator[LocalPostgres]:
-    if postgres_bin() is None:
-        pytest.skip("needs Debian's postgresql package (.ci/run installs it)")
-    with local_postgres() as server:
-        yield server
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def make_instance(
-    request: pytest.FixtureRequest,
-) -> Callable[[], AbstractContextManager[dg.DagsterInstance]]:
-    """A fresh instance on SQLite (Dagster's default) or on PostgreSQL (a new database each
-    time): the supervisor must decide the same on both storages."""
-    if request.param == "sqlite":
-        return dg.instance_for_test
-    server: LocalPostgres = request.getfixturevalue("postgres_server")
-
-    def on_postgres() -> AbstractContextManager[dg.DagsterInstance]:
-        url = server.new_database()
-        return dg.instance_for_test(overrides={"storage": {"postgres": {"postgres_url": url}}})
-
-    return on_postgres
 
 
 @pytest.fixture
