@@ -167,9 +167,9 @@ class EngineSettings(BaseSettings):
         gt=0,
         description=(
             "days of Dagster's history kept by the daily dagster_history_retention job: ended "
-            "runs that materialized nothing, log lines, observations and check evaluations "
-            "older than this are deleted (materializations stay); sensor ticks follow "
-            "dagster.yaml's retention"
+            "runs that hold nothing kept, log lines, observations and check evaluations older "
+            "than this are deleted (materializations and each check's and asset's newest "
+            "records stay); sensor and schedule ticks follow dagster.yaml's retention"
         ),
     )
 

@@ -4,6 +4,7 @@ record stay, and nothing younger than the retention is touched."""
 
 import os
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,6 +14,7 @@ from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventL
 
 from tidelake.assets.history.retention import (
     RETENTION_JOB,
+    _previous_cutoff,
     _runs_with_events_to_expire,
     purge_dagster_history,
 )
@@ -123,9 +125,8 @@ def test_a_later_purge_opens_only_the_runs_that_can_hold_newly_expired_events(
         _progress_line(instance, live, "batch 3: 9 rows")
 
         # the run that materialized ended before the first purge: nothing of it can expire now
-        assert _runs_with_events_to_expire(instance, datetime.now(UTC) + timedelta(hours=1)) == [
-            live
-        ]
+        later = datetime.now(UTC) + timedelta(hours=1)
+        assert _runs_with_events_to_expire(instance, later, _previous_cutoff(instance)) == [live]
         purge_dagster_history(instance, before=time.time() + 1)
         assert _log_lines(instance, live) == []
 
@@ -160,3 +161,75 @@ def test_the_daily_job_purges_with_its_configured_retention(make_instance: Any) 
         assert [r.job_name for r in instance.get_runs()].count("upkeep") == 0
         schedule = defs.resolve_schedule_def(f"{RETENTION_JOB}_daily")
         assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+
+
+DAYS = dg.AssetKey(["lake", "days"])
+DAILY = dg.DailyPartitionsDefinition(start_date="2026-01-01", end_date="2026-01-04")
+
+
+@dg.asset(key=DAYS, partitions_def=DAILY)
+def days_table() -> None:
+    return None
+
+
+@dg.asset_check(asset=DAYS, name="volume", partitions_def=DAILY)  # as quality/partition_checks
+def volume(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(passed=context.partition_key != "2026-01-02")
+
+
+QUIET = dg.AssetKey(["lake", "quiet"])
+
+
+@dg.op
+def observe_only(context: dg.OpExecutionContext) -> None:
+    context.log_event(dg.AssetObservation(asset_key=QUIET, metadata={"n": 1}))
+
+
+@dg.job
+def observer() -> None:
+    observe_only()
+
+
+def test_each_date_keeps_its_check_status_and_each_asset_its_newest_observation(
+    make_instance: Any,
+) -> None:
+    """A partitioned check keeps its newest execution per date; a run that holds an asset's only
+    (so newest) observation is kept though it materialized nothing."""
+    with make_instance() as instance:
+        for day in ("2026-01-01", "2026-01-02", "2026-01-03"):
+            dg.materialize([days_table, volume], instance=instance, partition_key=day)
+        observed = observer.execute_in_process(instance=instance).run_id
+        purge_dagster_history(instance, before=time.time() + 1)
+
+        history = instance.event_log_storage.get_asset_check_execution_history(
+            dg.AssetCheckKey(DAYS, "volume"), limit=10
+        )
+        assert sorted(r.partition for r in history) == ["2026-01-01", "2026-01-02", "2026-01-03"]
+        failed = [r.partition for r in history if r.status.value == "FAILED"]
+        assert failed == ["2026-01-02"]
+        assert instance.get_run_by_id(observed) is not None
+        assert len(instance.fetch_observations(QUIET, limit=5).records) == 1
+
+
+@dg.asset(key=TABLE, check_specs=[dg.AssetCheckSpec("stream_alive", asset=TABLE)])
+def unreachable_table() -> Iterator[dg.MaterializeResult]:
+    raise RuntimeError("the stream's table is unreachable")
+    yield  # an asset with checks yields its results
+
+
+def test_a_check_planned_in_a_failed_run_keeps_the_last_completed_result(
+    make_instance: Any,
+) -> None:
+    """A check that passed, then a run that planned it and failed: after the purge the check
+    still has its last verdict, and the failed run that holds its newest execution is kept."""
+    with make_instance() as instance:
+        _history(instance)  # the check passed in a run that materialized
+        failed = dg.materialize([unreachable_table], instance=instance, raise_on_error=False)
+        assert not failed.success
+
+        purge_dagster_history(instance, before=time.time() + 1)
+
+        summary = instance.event_log_storage.get_asset_check_summary_records([ALIVE])[ALIVE]
+        completed = summary.last_completed_check_execution_record
+        assert completed is not None and completed.status.value == "SUCCEEDED"
+        assert instance.get_run_by_id(failed.run_id) is not None
