@@ -130,7 +130,10 @@ def _runs_holding_kept_records(conn: sa.Connection) -> set[str]:
         events.c.id.in_(_newest_observation_ids())
     )
     kept_executions = sa.select(executions.c.run_id).where(
-        sa.or_(executions.c.id.in_(_newest_executions()), executions.c.id.in_(_newest_completed()))
+        sa.or_(
+            executions.c.id.in_(_newest_executions()),
+            executions.c.id.in_(_newest_executions(completed=True)),
+        )
     )
     last_runs = sa.select(AssetKeyTable.c.last_run_id)
     runs: set[str] = set()
@@ -149,25 +152,16 @@ def _newest_observation_ids() -> sa.ScalarSelect[int]:
     )
 
 
-def _newest_executions() -> sa.ScalarSelect[int]:
+def _newest_executions(completed: bool = False) -> sa.ScalarSelect[int]:
+    """Per check and partition, the newest execution, or with `completed` the newest that ended
+    with a verdict: what Dagster shows as the check's last result while a newer one is planned."""
     executions = AssetCheckExecutionsTable
-    return (
-        sa.select(sa.func.max(executions.c.id))
-        .group_by(executions.c.asset_key, executions.c.check_name, executions.c.partition)
-        .scalar_subquery()
-    )
-
-
-def _newest_completed() -> sa.ScalarSelect[int]:
-    """Per check and partition, the newest execution that ended with a verdict: what Dagster
-    shows as the check's last result while a newer one is still planned."""
-    executions = AssetCheckExecutionsTable
-    return (
-        sa.select(sa.func.max(executions.c.id))
-        .where(executions.c.execution_status.in_(COMPLETED))
-        .group_by(executions.c.asset_key, executions.c.check_name, executions.c.partition)
-        .scalar_subquery()
-    )
+    query = sa.select(sa.func.max(executions.c.id))
+    if completed:
+        query = query.where(executions.c.execution_status.in_(COMPLETED))
+    return query.group_by(
+        executions.c.asset_key, executions.c.check_name, executions.c.partition
+    ).scalar_subquery()
 
 
 def _runs_with_events_to_expire(
@@ -242,7 +236,7 @@ def _delete_expired_check_executions(conn: sa.Connection, cutoff: datetime) -> i
         executions.delete().where(
             when < cutoff,
             executions.c.id.not_in(_newest_executions()),
-            executions.c.id.not_in(_newest_completed()),
+            executions.c.id.not_in(_newest_executions(completed=True)),
         )
     ).rowcount
 
