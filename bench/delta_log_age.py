@@ -6,7 +6,8 @@ under the table settings tidelake ships, then times N batches' commits as the st
 file and one application transaction) on a new table and on the 30-day one in turns, on local
 disk and on the local S3 server, and prints median and p95 of each and the ratio aged/new
 (target: <= 1.2x on both stores). It also times the log upkeep on the aged log (`upkeep_log`:
-the checkpoint, then the expired-log cleanup) and, with --before-commits, the commit path as it
+the checkpoint, then the expired-log cleanup), the expiry of its oldest date (`expire_dates`,
+the lake's retention) and, with --before-commits, the commit path as it
 was before issue 38 (the table kept open with its file list, delta-rs's default post-commit
 hooks) on the same tables.
 
@@ -53,7 +54,8 @@ from tidelake.streaming.delta import log_append
 from tidelake.streaming.delta.commit import batch_recorded, commit_files
 from tidelake.streaming.delta.evolution import contract_schema, evolve_table
 from tidelake.streaming.delta.files import DataFile, write_arrow_files
-from tidelake.streaming.delta.maintenance import upkeep_log
+from tidelake.streaming.delta.maintenance import expire_dates, upkeep_log
+from tidelake.streaming.delta.progress import snapshot_progress
 from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.settings import DELTA_CHECKPOINT_INTERVAL, EngineSettings
 from tidelake.streaming.storage.location import filesystem
@@ -516,6 +518,14 @@ def measure_store(
         "entries_before": upkeep.entries_before,
         "entries_after": upkeep.entries_after,
     }
+    oldest = min(snapshot_progress(open_table(aged_uri), "date").files_by_date)
+    started = time.perf_counter()
+    expired = expire_dates(aged_uri, "date", date.fromisoformat(oldest) + timedelta(days=1))
+    result["expiry"] = {
+        "seconds": time.perf_counter() - started,
+        "dates": list(expired.dates),
+        "files": expired.removed_files,
+    }
     if before_commits:
         delta_commit._open_tables.clear()
         before = time_commits(
@@ -554,6 +564,11 @@ def report(name: str, f: dict) -> None:
         f"[{name}] log upkeep on the 30-day log: checkpoint {u['checkpoint_s']:.1f} s, "
         f"cleanup {u['cleanup_s']:.1f} s ({u['entries_before']:,} -> "
         f"{u['entries_after']:,} log files)"
+    )
+    e = f["expiry"]
+    click.echo(
+        f"[{name}] expiry of the oldest date on the 30-day table: {e['seconds']:.1f} s "
+        f"({', '.join(e['dates'])}: {e['files']} files)"
     )
     if "before_aged" in f:
         b, bn = f["before_aged"], f["before_new"]

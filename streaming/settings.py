@@ -162,6 +162,15 @@ class EngineSettings(BaseSettings):
             "compacted and checked"
         ),
     )
+    lake_retention_days: int = Field(
+        default=60,
+        ge=0,
+        description=(
+            "days of dates each flow's table and quarantine keep: the daily vacuum job deletes "
+            "the dates more than this many days before today (UTC) and a backfill refuses them; "
+            "0 keeps every date"
+        ),
+    )
     dagster_history_days: float = Field(
         default=30,
         gt=0,

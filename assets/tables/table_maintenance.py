@@ -21,6 +21,8 @@ from tidelake.streaming.delta.maintenance import (
     MIN_VACUUM_RETENTION_HOURS,
     CompactionResult,
     compact_partition,
+    expire_dates,
+    first_kept_date,
     upkeep_log,
     vacuum_table,
 )
@@ -92,10 +94,47 @@ def build_compaction_asset(flow: FlowSpec, settings: EngineSettings) -> dg.Asset
     return compaction
 
 
+class ExpiryConfig(dg.Config):
+    days: int | None = Field(
+        default=None,
+        ge=0,
+        description="days of dates kept (0: every date); unset: TIDELAKE_LAKE_RETENTION_DAYS",
+    )
+
+
 def build_vacuum_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefinition:
     tables = _flow_tables(flow, settings)
 
-    @dg.op(name=f"vacuum_{flow.name}", pool=table_pool(flow))
+    @dg.op(name=f"expire_dates_{flow.name}", pool=table_pool(flow), out=dg.Out(dg.Nothing))
+    def expire(context: dg.OpExecutionContext, config: ExpiryConfig) -> None:
+        days = settings.lake_retention_days if config.days is None else config.days
+        first_kept = first_kept_date(days, datetime.now(UTC).date())
+        if first_kept is None:
+            context.log.info("the lake's retention is 0: every date is kept")
+            return
+        for key, uri in tables.items():
+            expiry = partial(expire_dates, uri, flow.partition_column, first_kept)
+            result = _if_table_exists(context, uri, expiry)
+            if result is None:
+                continue
+            context.log.info(
+                f"{uri}: {len(result.dates)} dates before {first_kept} deleted "
+                f"({result.removed_files} files, {result.removed_rows} rows)"
+            )
+            context.log_event(
+                dg.AssetObservation(
+                    asset_key=key,
+                    metadata={
+                        "expired_dates": len(result.dates),
+                        "expired_files": result.removed_files,
+                        "expired_rows": result.removed_rows,
+                        "first_kept_date": first_kept.isoformat(),
+                        "table_version": result.table_version,
+                    },
+                )
+            )
+
+    @dg.op(name=f"vacuum_{flow.name}", pool=table_pool(flow), ins={"after": dg.In(dg.Nothing)})
     def vacuum(context: dg.OpExecutionContext, config: VacuumConfig) -> None:
         for key, uri in tables.items():
             result = _if_table_exists(
@@ -117,11 +156,13 @@ def build_vacuum_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefiniti
 
     @dg.job(
         name=f"{flow.name}_vacuum",
-        description=f"Deletes files of {flow.table} and its quarantine that no snapshot within "
-        "the retention needs (orphans of failed batches too), then checkpoints the Delta log.",
+        description=f"Deletes the dates of {flow.table} and its quarantine older than the "
+        "lake's retention (TIDELAKE_LAKE_RETENTION_DAYS), then the files that no snapshot within "
+        "the vacuum's retention needs (orphans of failed batches too), then checkpoints the "
+        "Delta log.",
     )
     def vacuum_job() -> None:
-        vacuum()
+        vacuum(expire())
 
     return vacuum_job
 
@@ -133,7 +174,8 @@ def build_vacuum_schedule(flow: FlowSpec, job: dg.JobDefinition) -> dg.ScheduleD
         cron_schedule="30 3 * * *",
         execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.RUNNING,
-        description="Daily vacuum at 03:30 UTC with the default 7-day retention.",
+        description="Daily at 03:30 UTC: the dates older than TIDELAKE_LAKE_RETENTION_DAYS "
+        "deleted, then a vacuum with the default 7-day retention.",
     )
 
 

@@ -33,6 +33,7 @@ from tidelake.streaming.delta.commit import replace_partitions
 from tidelake.streaming.delta.commit_races import retry_lost_commits
 from tidelake.streaming.delta.evolution import SchemaChangeError, evolve_table
 from tidelake.streaming.delta.files import write_data_files
+from tidelake.streaming.delta.maintenance import first_kept_date
 from tidelake.streaming.delta.progress import table_progress
 from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.delta.write import good_rows
@@ -105,6 +106,7 @@ def plan_backfill(
     """Offsets to read for `dates`, bounded by the stream's committed position."""
     if not dates:
         raise BackfillError("no dates to backfill")
+    _check_lake_retention(dates, settings)
     require_access(kafka_conf, flow.topic, READS, timeout_s)
     version, position = stream_position(flow, settings)
     window = date_window(flow, dates)
@@ -150,6 +152,19 @@ def stream_position(flow: FlowSpec, settings: EngineSettings) -> tuple[int, Offs
         raise BackfillError(f"the {flow.name} stream has not committed to {uri} yet")
     offsets = from_json_offsets(written)
     return table.version(), {tp: o for tp, o in offsets.items() if tp[0] == flow.topic}
+
+
+def _check_lake_retention(dates: list[str] | tuple[str, ...], settings: EngineSettings) -> None:
+    days = settings.lake_retention_days
+    first_kept = first_kept_date(days, datetime.now(UTC).date())
+    expired = sorted(d for d in dates if first_kept is not None and d < first_kept.isoformat())
+    if expired:
+        span = expired[0] if len(expired) == 1 else f"{expired[0]} .. {expired[-1]}"
+        raise BackfillError(
+            f"{span} is older than the lake's retention ({days} days, "
+            f"TIDELAKE_LAKE_RETENTION_DAYS; the oldest date kept is {first_kept}): the daily "
+            "expiry would delete it again. Raise the retention to keep older dates"
+        )
 
 
 def _check_retention(flow: FlowSpec, probe: PartitionEnds, low: Offsets, start_ms: int) -> None:

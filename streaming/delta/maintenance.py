@@ -1,4 +1,10 @@
-"""Maintenance of a flow's Delta tables with delta-rs: compaction of a date, vacuum, log upkeep.
+"""Maintenance of a flow's Delta tables with delta-rs: compaction of a date, the expiry of old
+dates, vacuum, log upkeep.
+
+Date expiry (`expire_dates`) deletes the dates older than the lake's retention
+(TIDELAKE_LAKE_RETENTION_DAYS): whole partitions, so the commit only removes files (nothing is
+rewritten) and, like compaction, commits alongside the stream's appends of newer dates; vacuum
+deletes the files once no snapshot within its retention needs them.
 
 The log upkeep (`upkeep_log`) is what a stream's commits leave out (delta/commit.py): it
 deletes log entries older than the table's `delta.logRetentionDuration`
@@ -21,6 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from datetime import date, timedelta
 
 from deltalake import DeltaTable, WriterProperties
 
@@ -94,6 +101,41 @@ def _compact_once(
         )
         table.update_incremental()
     return before, table
+
+
+def first_kept_date(retention_days: int, today: date) -> date | None:
+    """The oldest date the lake keeps with a retention of `retention_days` (None: 0, every
+    date): the dates before it expire. The one home of the rule, for the expiry and backfills."""
+    return today - timedelta(days=retention_days) if retention_days > 0 else None
+
+
+@dataclass(frozen=True)
+class ExpiryResult:
+    table_uri: str
+    dates: tuple[str, ...]
+    removed_files: int
+    removed_rows: int
+    table_version: int
+
+
+def expire_dates(table_uri: str, column: str, first_kept: date) -> ExpiryResult:
+    """Delete the partitions of the dates before `first_kept` (`column` is the date partition
+    column). A commit that loses a race plans again on the new snapshot."""
+    predicate = f"{column} < '{first_kept.isoformat()}'"
+    for attempt in retry_lost_commits(f"expiry of {table_uri} {predicate}"):
+        with attempt:
+            table = open_table(table_uri)
+            progress = snapshot_progress(table, column)
+            dates = tuple(sorted(d for d in progress.files_by_date if d < first_kept.isoformat()))
+            metrics = table.delete(predicate) if dates else {}
+            table.update_incremental()
+    return ExpiryResult(
+        table_uri,
+        dates,
+        metrics.get("num_removed_files", 0),
+        metrics.get("num_deleted_rows", 0),
+        table.version(),
+    )
 
 
 @dataclass(frozen=True)

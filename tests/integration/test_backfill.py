@@ -189,5 +189,6 @@ def test_backfill_before_the_stream_ran_is_refused(
     kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
 ) -> None:
     with pytest.raises(BackfillError, match="start the call_events stream"):
-        plan_backfill(flow, ["2026-11-20"], engine_settings, kafka_conf)
+        yesterday = datetime.now(UTC).date() - timedelta(days=1)
+        plan_backfill(flow, [yesterday.isoformat()], engine_settings, kafka_conf)
     assert timedelta(0) < flow.allowed_lateness

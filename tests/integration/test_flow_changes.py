@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -235,7 +236,8 @@ def test_a_backfill_refuses_a_breaking_change_before_spark(kafka_conf, v1, engin
     from tidelake.streaming.batch.backfill import plan_backfill
 
     with pytest.raises(BackfillError, match="'load_ms' changed type from double to string"):
-        plan_backfill(changed, ["2026-11-01"], engine_settings, kafka_conf)
+        yesterday = datetime.now(UTC).date() - timedelta(days=1)
+        plan_backfill(changed, [yesterday.isoformat()], engine_settings, kafka_conf)
 
 
 def test_partitions_added_while_streaming_are_read_from_offset_zero_without_a_restart(

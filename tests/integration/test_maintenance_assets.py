@@ -8,7 +8,7 @@ import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +16,13 @@ import dagster as dg
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
+from deltalake import DeltaTable
 from lake_readers import files_by_date, read_delta, rows_by_date
 from live_stream import produce_and_stream
 from stores import copy_tree
 
 from tidelake.assets.definitions import build_definitions
-from tidelake.assets.tables.keys import compaction_key, table_key
+from tidelake.assets.tables.keys import compaction_key, quarantine_key, table_key
 from tidelake.assets.tables.table_backfill import table_pool
 from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
@@ -85,6 +86,20 @@ def _asset(defs: dg.Definitions, key: dg.AssetKey) -> dg.AssetsDefinition:
     return defs.resolve_assets_def(key)
 
 
+def _failed_backfill(defs: dg.Definitions, flow: Any, day: str) -> str:
+    """The error of a backfill of `day` that must fail."""
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [_asset(defs, table_key(flow))],
+            instance=instance,
+            partition_key=day,
+            raise_on_error=False,
+        )
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    return str(failure.event_specific_data.error)
+
+
 def test_materializing_a_date_range_backfills_in_one_run(setup: TableCopy) -> None:
     flow, report, table_uri, defs = setup.flow, setup.report, setup.table_uri, setup.defs
     days = sorted(report.by_date)[:2]
@@ -110,16 +125,8 @@ def test_backfill_failure_names_the_cause_and_keeps_the_table(setup: TableCopy) 
     flow, report, table_uri = setup.flow, setup.report, setup.table_uri
     other = dataclasses.replace(flow, name="call_events_elsewhere")  # no stream ever ran
     defs = build_definitions({other.name: other}, setup.settings)
-    with dg.instance_for_test() as instance:
-        result = dg.materialize(
-            [defs.resolve_assets_def(table_key(other))],
-            instance=instance,
-            partition_key=sorted(report.by_date)[0],
-            raise_on_error=False,
-        )
-    assert not result.success
-    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-    assert "start the call_events_elsewhere stream" in str(failure.event_specific_data.error)
+    message = _failed_backfill(defs, other, sorted(report.by_date)[0])
+    assert "start the call_events_elsewhere stream" in message
     assert read_delta(table_uri).num_rows == report.good
 
 
@@ -148,16 +155,7 @@ def test_backfill_of_a_day_kafka_no_longer_holds_fails_before_spark(
     for future in deleted.values():
         future.result(timeout=30)
     before = read_delta(table_uri)
-    with dg.instance_for_test() as instance:
-        result = dg.materialize(
-            [_asset(defs, table_key(flow))],
-            instance=instance,
-            partition_key=first,
-            raise_on_error=False,
-        )
-    assert not result.success
-    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-    message = str(failure.event_specific_data.error)
+    message = _failed_backfill(defs, flow, first)
     assert f"Kafka topic {flow.topic!r} no longer holds every record" in message
     complete = re.search(r"the earliest date still complete in Kafka is (\S+)\.", message)
     assert complete is not None and complete.group(1) > second  # records of `second` are cut too
@@ -193,7 +191,7 @@ def test_vacuum_job_observes_what_it_removed(setup: TableCopy) -> None:
     observed = [
         e.event_specific_data.asset_observation
         for e in result.all_events
-        if e.event_type_value == "ASSET_OBSERVATION"
+        if e.event_type_value == "ASSET_OBSERVATION" and e.step_key == f"vacuum_{flow.name}"
     ]
     assert {o.asset_key for o in observed} == {
         table_key(flow),
@@ -201,6 +199,56 @@ def test_vacuum_job_observes_what_it_removed(setup: TableCopy) -> None:
     }
     assert all("vacuum_removed_files" in o.metadata for o in observed)
     assert read_delta(table_uri).num_rows == report.good
+
+
+def test_vacuum_job_deletes_the_dates_older_than_the_lake_retention(setup: TableCopy) -> None:
+    """The oldest date goes from the table and its quarantine in a commit that rewrites
+    nothing; DuckDB reads the rest unchanged; a second run finds nothing to delete."""
+    flow, report, table_uri, defs = setup.flow, setup.report, setup.table_uri, setup.defs
+    quarantine_uri = setup.settings.table_uri(flow.quarantine_table)
+    oldest, kept = sorted(report.by_date)[:2]
+    days = (datetime.now(UTC).date() - date.fromisoformat(kept)).days  # the first kept: `kept`
+    quarantined = rows_by_date(quarantine_uri)
+    job = defs.resolve_job_def(f"{flow.name}_vacuum")
+    config = {"ops": {f"expire_dates_{flow.name}": {"config": {"days": days}}}}
+    with dg.instance_for_test() as instance:
+        runs = [job.execute_in_process(instance=instance, run_config=config) for _ in range(2)]
+    first, again = (_expired_dates(run) for run in runs)
+    assert first == {
+        table_key(flow): 1,
+        quarantine_key(flow): len([d for d in quarantined if d < kept]),
+    }
+    assert again == {table_key(flow): 0, quarantine_key(flow): 0}
+    assert rows_by_date(table_uri) == {d: n for d, n in report.by_date.items() if d != oldest}
+    assert rows_by_date(quarantine_uri) == {d: n for d, n in quarantined.items() if d >= kept}
+    last = DeltaTable(table_uri).history(1)[0]
+    assert last["operation"] == "DELETE"
+    assert last["operationMetrics"]["num_copied_rows"] == 0
+
+
+def _expired_dates(run: dg.ExecuteInProcessResult) -> dict[dg.AssetKey, int]:
+    observations = [
+        e.event_specific_data.asset_observation
+        for e in run.all_events
+        if e.event_type_value == "ASSET_OBSERVATION"
+    ]
+    return {
+        o.asset_key: o.metadata["expired_dates"].value
+        for o in observations
+        if "expired_dates" in o.metadata
+    }
+
+
+def test_backfill_of_a_date_older_than_the_lake_retention_is_refused(setup: TableCopy) -> None:
+    flow, report, table_uri = setup.flow, setup.report, setup.table_uri
+    oldest = sorted(report.by_date)[0]
+    settings = setup.settings.model_copy(update={"lake_retention_days": 1})
+    defs = build_definitions({flow.name: flow}, settings)
+    before = read_delta(table_uri)
+    message = _failed_backfill(defs, flow, oldest)
+    assert f"{oldest} is older than the lake's retention (1 days" in message
+    assert "TIDELAKE_LAKE_RETENTION_DAYS" in message
+    assert read_delta(table_uri).equals(before)
 
 
 def test_table_upkeep_compacts_the_open_dates_and_checkpoints_the_logs(setup: TableCopy) -> None:

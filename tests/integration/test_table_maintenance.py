@@ -1,21 +1,22 @@
-"""Compaction and vacuum on tables the stream wrote, read back with delta-rs and DuckDB."""
+"""Compaction, date expiry and vacuum on tables the stream wrote, read back with delta-rs and
+DuckDB."""
 
 from __future__ import annotations
 
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
-from lake_readers import duckdb_query, read_delta
+from lake_readers import duckdb_query, read_delta, rows_by_date
 from live_stream import BackgroundProducer, produce_and_stream, running_stream, wait_for_rows
 
-from tidelake.streaming.delta.maintenance import compact_partition, vacuum_table
+from tidelake.streaming.delta.maintenance import compact_partition, expire_dates, vacuum_table
 
 
 @pytest.fixture
@@ -120,3 +121,30 @@ def test_vacuum_removes_orphans_and_compacted_away_files_only_past_retention(
     }
     assert on_disk == live
     assert pc.count_distinct(read_delta(stream.table_uri)["call_sid"]).as_py() == report.good
+
+
+def test_expiring_old_dates_racing_stream_appends_keeps_every_newer_row(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, small_batches: Any
+) -> None:
+    """The expiry's delete of the old dates, planned on a snapshot the stream has since appended
+    to, commits after the appends and removes only the old dates' files."""
+    old = produce_and_stream(
+        spark, flow, small_batches, kafka_conf, count=900, days=3, late_share=0, seed=25
+    ).report
+    oldest, kept = sorted(old.by_date)[:2]
+    producer = BackgroundProducer(flow, kafka_conf, count=3000, rate=400, late_share=0, seed=26)
+    with running_stream(spark, flow, small_batches, kafka_conf) as stream:
+        planned = DeltaTable(stream.table_uri)  # the snapshot a slow expiry would have read
+        producer.start()
+        while DeltaTable(stream.table_uri).version() < planned.version() + 3:
+            time.sleep(0.2)
+        metrics = planned.delete(f"date < '{kept}'")  # what expire_dates commits, but stale
+        again = expire_dates(stream.table_uri, "date", date.fromisoformat(kept))
+        live = producer.join()
+        expected = {d: n for d, n in old.by_date.items() if d != oldest}
+        for day, rows in live.by_date.items():
+            expected[day] = expected.get(day, 0) + rows
+        wait_for_rows(stream.table_uri, sum(expected.values()))
+    assert metrics["num_copied_rows"] == 0 and metrics["num_deleted_rows"] == old.by_date[oldest]
+    assert again.dates == ()  # nothing older is left
+    assert rows_by_date(stream.table_uri) == expected  # DuckDB: no append lost, none doubled

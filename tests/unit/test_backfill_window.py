@@ -1,14 +1,15 @@
-"""A backfill's Kafka time window and its retention check, from dates alone."""
+"""A backfill's Kafka time window, its retention check and the lake's, from dates alone."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from tidelake.streaming.batch.backfill import (
     date_window,
     retention_problem,
 )
 from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.delta.maintenance import first_kept_date
 
 
 def test_window_spans_skew_before_and_lateness_after() -> None:
@@ -26,3 +27,10 @@ def test_retention_problem_names_the_earliest_complete_date() -> None:
     assert "left as it is" in problem
     assert retention_problem(CALL_EVENTS, [start_ms], start_ms) is None
     assert retention_problem(CALL_EVENTS, [], start_ms) is None
+
+
+def test_the_lake_keeps_the_retention_s_days_before_today_and_0_keeps_every_date() -> None:
+    today = date(2026, 3, 1)
+    assert first_kept_date(60, today) == date(2025, 12, 31)
+    assert first_kept_date(1, today) == date(2026, 2, 28)
+    assert first_kept_date(0, today) is None
