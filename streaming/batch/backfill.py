@@ -157,7 +157,9 @@ def stream_position(flow: FlowSpec, settings: EngineSettings) -> tuple[int, Offs
 def _check_lake_retention(dates: list[str] | tuple[str, ...], settings: EngineSettings) -> None:
     days = settings.lake_retention_days
     first_kept = first_kept_date(days, datetime.now(UTC).date())
-    expired = sorted(d for d in dates if first_kept is not None and d < first_kept.isoformat())
+    if first_kept is None:
+        return
+    expired = sorted(d for d in dates if d < first_kept.isoformat())
     if expired:
         span = expired[0] if len(expired) == 1 else f"{expired[0]} .. {expired[-1]}"
         raise BackfillError(
