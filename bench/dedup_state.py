@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ import click
 from common import TreeSampler, kafka, state_cost, wait_for, write_figures
 
 from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.platform.local.process_group import stop_group
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic
 from tidelake.streaming.stream.progress_log import progress_file
@@ -92,12 +92,7 @@ class Stream:
     def stop(self) -> None:
         if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGTERM)  # the driver stops the query gracefully
-        try:
-            self.proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        stop_group(self.proc, 120, leader_only=True)  # the driver stops the query gracefully
         self.proc = None
 
     def lag(self) -> int:

@@ -14,7 +14,6 @@ the median of every figure.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ import pyarrow.parquet as pq
 from common import commits, kafka, wait_for, write_figures
 
 from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.platform.local.process_group import stop_group
 from tidelake.platform.local.s3_server import LocalS3Server
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic
@@ -129,12 +129,7 @@ def measure(conf: dict, lake: str, checkpoints: str, extra_env: dict[str, str], 
         expected = warm.good + report.good
         wait_for(lambda: sum(c.rows for c in commits(table)) >= expected, 120, "all events")
     finally:
-        proc.send_signal(signal.SIGTERM)  # the driver stops the query gracefully
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc, 60, leader_only=True)  # the driver stops the query gracefully
     lat, produced, by_commit = _latencies_ms(table, warm_version)
     # the first seconds of load run code the JIT has not compiled yet (the warm-up was 100
     # events): also the figures once it has

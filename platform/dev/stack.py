@@ -31,6 +31,7 @@ from tidelake.platform.dev.dagster_web import DagsterWeb, DagsterWebError
 from tidelake.platform.ingest_edge import flows_with_edges
 from tidelake.platform.local.kafka_broker import LocalKafkaBroker
 from tidelake.platform.local.kafka_security import SCRAM_MECHANISM
+from tidelake.platform.local.process_group import stop_group
 from tidelake.platform.local.recorded_broker import (
     broker_state_file,
     kept_data_dir,
@@ -492,41 +493,6 @@ def _process_group(
         yield process
     finally:
         running = process.poll() is None
-        stop_process_group(process, grace_s, leader_only=leader_only, stop_signal=stop_signal)
+        stop_group(process, grace_s, leader_only=leader_only, stop_signal=stop_signal)
         if running:
             _say(f"stopped {name}")
-
-
-def stop_process_group(
-    process: subprocess.Popen[bytes],
-    grace_s: float,
-    *,
-    leader_only: bool = False,
-    stop_signal: signal.Signals = signal.SIGINT,
-) -> None:
-    """stop_signal to the child's group (or only the child), wait up to grace_s for the group
-    to empty, then SIGKILL what is left."""
-    pgid = process.pid
-    with contextlib.suppress(ProcessLookupError):
-        if leader_only:
-            process.send_signal(stop_signal)
-        else:
-            os.killpg(pgid, stop_signal)
-
-    def gone() -> bool | None:
-        process.poll()  # reaps the leader once it exits
-        return None if _group_alive(pgid) else True
-
-    with contextlib.suppress(TimeoutError):
-        poll_until(gone, timeout_s=grace_s, interval_s=0.2, timeout_error=TimeoutError)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
-    process.wait()
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True

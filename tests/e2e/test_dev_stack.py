@@ -17,8 +17,9 @@ import yaml
 from process_states import signal_in_mask
 
 from tidelake.platform.dev.dagster_web import DagsterWeb, wait_for
-from tidelake.platform.dev.stack import dagster_home, stop_process_group
+from tidelake.platform.dev.stack import dagster_home
 from tidelake.platform.local.ports import free_port, free_ports
+from tidelake.platform.local.process_group import stop_group
 from tidelake.streaming.settings import kafka_client_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,7 +74,7 @@ def test_stop_process_group_kills_what_ignores_sigint(tmp_path: Path) -> None:
 
     family = wait_for(ignoring, 30, "both processes ignoring SIGINT", 0.05)
     started = time.monotonic()
-    stop_process_group(process, grace_s=1.0)
+    stop_group(process, grace_s=1.0, stop_signal=signal.SIGINT)
     assert time.monotonic() - started < 10
     _, alive = psutil.wait_procs(family, timeout=10)
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
@@ -174,7 +175,7 @@ def test_dagster_dev_with_the_workspace_serves_the_code_location_and_stops_on_ct
         _, alive = psutil.wait_procs(family, timeout=60)
         assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
     finally:
-        stop_process_group(process, 5.0)
+        stop_group(process, 5.0, stop_signal=signal.SIGINT)
 
 
 CLI = [sys.executable, "-m", "tidelake.platform.cli"]
