@@ -23,6 +23,7 @@ def graceful_stop_signals(
     *,
     announce: Callable[[signal.Signals], None] | None = None,
     second_signal_exits: bool = True,
+    stop: threading.Event | None = None,
 ) -> Iterator[threading.Event]:
     """An event set by the first SIGTERM/SIGINT, once that signal is announced (by default
     logged on `logger`: "received SIGTERM: <stopping>"). A second one exits at once, or is
@@ -34,9 +35,10 @@ def graceful_stop_signals(
     of its own announces it and sets the event.
 
     The previous handlers come back on exit, so a host process (a Dagster run worker) keeps its
-    own interrupt handling outside the stream.
+    own interrupt handling outside the stream. `stop` is the event to set (a new one by default):
+    a test passes one whose lock it holds when the signal lands.
     """
-    stop = threading.Event()
+    stop = threading.Event() if stop is None else stop
     received = False
     read_fd, write_fd = os.pipe()
 

@@ -3,9 +3,10 @@ one ends the process, or is ignored where cleanup must finish.
 
 Python runs a signal handler on the main thread between two bytecodes, so the signal can land
 while that thread is inside stop.wait(), holding the event's own lock. A handler that set the
-event there waited for itself forever. Holding that lock when the signal comes makes the moment
-certain (CPython's Event keeps it as `_cond`); each scenario runs in a process of its own, which
-a hang would leave to the timeout.
+event there waited for itself forever. The program makes that moment certain without CPython's
+private parts: its event's set() takes a lock of its own, which the main thread holds while
+signal.raise_signal() runs the handler (it returns only once the handler has run). Each scenario
+runs in a process of its own, which a hang would leave to the timeout.
 """
 
 from __future__ import annotations
@@ -14,20 +15,30 @@ import subprocess
 import sys
 
 PROGRAM = """
-import logging, os, signal, sys, time
+import logging, signal, sys, threading
 from tidelake.streaming.stream.stop_signals import graceful_stop_signals
+
+class HeldEvent(threading.Event):
+    '''An event whose set() takes a lock, as CPython's takes the one stop.wait() holds.'''
+
+    def __init__(self):
+        super().__init__()
+        self.lock = threading.Lock()
+
+    def set(self):
+        with self.lock:
+            super().set()
 
 logging.basicConfig(level=logging.INFO, format="%(message)s")
 second_signal_exits = sys.argv[1] == "exits"
-with graceful_stop_signals(second_signal_exits=second_signal_exits) as stop:
-    with stop._cond:  # where the main thread is inside stop.wait()
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(0.2)  # the handler runs here, on this thread
+event = HeldEvent()
+with graceful_stop_signals(second_signal_exits=second_signal_exits, stop=event) as stop:
+    with event.lock:  # as the main thread holds the lock inside stop.wait()
+        signal.raise_signal(signal.SIGTERM)  # the handler runs in here, on this thread
     if not stop.wait(10):
         sys.exit("the first signal did not stop the wait")
     print("stopped", flush=True)
-    os.kill(os.getpid(), signal.SIGINT)
-    time.sleep(0.2)
+    signal.raise_signal(signal.SIGINT)
     print("went on after the second signal", flush=True)
 """
 
