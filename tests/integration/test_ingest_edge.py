@@ -241,12 +241,28 @@ def test_logs_and_a_broker_mismatch_are_the_services_own_and_named(
     )
     channel = grpc.insecure_channel(f"127.0.0.1:{closed_port}")
     try:
-        grpc.channel_ready_future(channel).result(timeout=30)
+        grpc.channel_ready_future(channel).result(timeout=120)
         status = health_pb2_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(), timeout=5
         )
         assert status.status == health_pb2.HealthCheckResponse.NOT_SERVING
-        time.sleep(3)  # librdkafka retries the handshake twice a second meanwhile
+        # librdkafka retries the handshake about once a second, each time on a new connection:
+        # three of them give the log repeats to leave out
+        broker_port = int(kafka_conf["bootstrap.servers"].rsplit(":", 1)[1])
+        attempts: set[int] = set()
+
+        def retried() -> bool | None:
+            attempts.update(_local_ports_to(process.pid, broker_port))
+            return True if len(attempts) >= 3 else None
+
+        poll_until(
+            retried,
+            timeout_s=60,
+            interval_s=0.002,  # a refused connection is open for milliseconds
+            timeout_error=lambda _: AssertionError(
+                f"{len(attempts)} connections to Kafka from `tidelake serve` in 60 s"
+            ),
+        )
     finally:
         channel.close()
         process.send_signal(signal.SIGTERM)
@@ -258,6 +274,12 @@ def test_logs_and_a_broker_mismatch_are_the_services_own_and_named(
     assert "tidelake.ingest: received SIGTERM: stopping: calls in flight finish" in out
     assert "tidelake.streaming.stream.runner" not in out
     assert "not-a-real-secret" not in out
+
+
+def _local_ports_to(pid: int, port: int) -> set[int]:
+    """The local ports of the process's TCP connections to `port` open now."""
+    connections = psutil.Process(pid).net_connections("tcp")
+    return {c.laddr.port for c in connections if c.raddr and c.raddr.port == port}
 
 
 def test_serve_ends_with_an_error_when_the_service_dies(
