@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 import pandas as pd
-from common import kafka, write_figures
+from common import kafka, wait_for, write_figures
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import functions as F
 
@@ -64,8 +64,7 @@ def main(rate: float, lead: float, length: float, out: Path | None) -> None:
         stop = threading.Event()
         runner = threading.Thread(target=await_query, args=(query, stop), daemon=True)
         runner.start()
-        while query.lastProgress is None:
-            time.sleep(0.2)
+        wait_for(lambda: query.lastProgress, 600, "the detector's first micro-batch", poll_s=0.2)
 
         started_ms = time.time_ns() // 1_000_000
         incident = Incident(
@@ -90,26 +89,34 @@ def main(rate: float, lead: float, length: float, out: Path | None) -> None:
         producer.start()
         consumer = Consumer({**conf, "group.id": f"bench-{uuid.uuid4().hex}"})
         consumer.assign([TopicPartition(alerts_topic, 0, 0)])
-        first_alert_ms = None
         false_alerts = 0
-        deadline = time.monotonic() + lead + length + 120
-        while first_alert_ms is None and time.monotonic() < deadline:
+
+        def first_alert_ms() -> int | None:
+            """When the incident's alert arrived, if it is the next message; counts the alerts
+            of windows before the incident on the way."""
+            nonlocal false_alerts
             message = consumer.poll(0.5)
             if message is None or message.error():
-                continue
+                return None
             alert = CallAnomaly.FromString(message.value())
             if alert.key == incident.key and alert.metric == "failure_rate":
-                first_alert_ms = time.time_ns() // 1_000_000
-            elif alert.window_start < incident.start_ms:
+                return time.time_ns() // 1_000_000
+            if alert.window_start < incident.start_ms:
                 false_alerts += 1
+            return None
+
+        try:
+            alerted_ms = wait_for(first_alert_ms, lead + length + 120, "the alert", poll_s=0)
+        except TimeoutError:
+            alerted_ms = None
         consumer.close()
         stop.set()
         runner.join(60)
         producer.join(lead + length + 120)
         spark.stop()
-    if first_alert_ms is None:
+    if alerted_ms is None:
         raise SystemExit("no alert for the incident")
-    latency_s = (first_alert_ms - incident.start_ms) / 1000
+    latency_s = (alerted_ms - incident.start_ms) / 1000
     into_minute_s = (incident.start_ms % 60_000) / 1000
     print(f"detector latency {latency_s:.1f} s from incident start to alert on {alerts_topic}")
     print(

@@ -8,18 +8,22 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import psutil
 
 from tidelake.platform.local.kafka_broker import LocalKafkaBroker
 from tidelake.platform.local.s3_server import LocalS3Server
+from tidelake.streaming.polling import poll_until
 from tidelake.streaming.settings import kafka_client_config
 from tidelake.streaming.storage.location import Location
+
+T = TypeVar("T")
 
 
 def thread_names(pid: int | str = "self") -> Counter[str]:
@@ -165,12 +169,17 @@ def commits(table: Path | str) -> list[Commit]:
     return out
 
 
-def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(poll_s)
+def wait_for(
+    predicate: Callable[[], T | None], timeout_s: float, what: str, poll_s: float = 0.05
+) -> T:
+    """predicate's first true answer, asked every poll_s (streaming/polling.py's poll_until);
+    TimeoutError naming `what` once timeout_s has passed."""
+    return poll_until(
+        lambda: predicate() or None,
+        timeout_s=timeout_s,
+        interval_s=poll_s,
+        timeout_error=lambda _: TimeoutError(f"timed out after {timeout_s}s waiting for {what}"),
+    )
 
 
 def write_figures(out: Path | None, figures: dict) -> None:

@@ -252,19 +252,23 @@ def _ensure_topics(
 
     # Creation is acknowledged by the controller; wait until metadata shows it, so that callers
     # can produce at once, and check the count in case a concurrent creator chose another.
-    while True:
+    pending = dict(missing)
+
+    def shown() -> bool | None:
         metadata = _metadata(conf, max(0.1, deadline - time.monotonic()))
-        pending = {t: n for t, n in missing.items() if _partition_count(metadata, t) is None}
-        for topic in missing.keys() - pending.keys():
-            _check_count(conf, topic, _partition_count(metadata, topic), missing[topic])
-        if not pending:
-            return
-        if time.monotonic() >= deadline:
-            raise KafkaAdminError(
-                f"topics {sorted(pending)} were created on {_bootstrap(conf)} but do not show in "
-                f"its metadata after {timeout_s:g}s"
-            )
-        time.sleep(0.05)
+        for topic in [t for t in pending if _partition_count(metadata, t) is not None]:
+            _check_count(conf, topic, _partition_count(metadata, topic), pending.pop(topic))
+        return None if pending else True
+
+    poll_until(
+        shown,
+        timeout_s=max(0.0, deadline - time.monotonic()),
+        interval_s=0.05,
+        timeout_error=lambda _: KafkaAdminError(
+            f"topics {sorted(pending)} were created on {_bootstrap(conf)} but do not show in "
+            f"its metadata after {timeout_s:g}s"
+        ),
+    )
 
 
 def _check_count(conf: Mapping[str, Any], topic: str, existing: int | None, wanted: int) -> None:
