@@ -61,6 +61,8 @@ from tidelake.streaming.settings import DELTA_CHECKPOINT_INTERVAL, EngineSetting
 from tidelake.streaming.storage.location import filesystem
 
 APP_ID = "tidelake-bench-query"
+SEED_APP_ID = "tidelake-bench-seed"
+"""The writer of seed_tombstones' one commit, a writer of its own beside the stream."""
 DAY_S = 86_400
 _UNIT_S = {"m": 60, "h": 3600, "d": DAY_S}
 
@@ -117,9 +119,11 @@ def stream_rows(n: int, day: date, seed: int) -> pa.Table:
 
 
 class LogWriter:
-    """Writes log entries straight into a table's `_delta_log`, in parallel on S3."""
+    """Writes log entries into a table's `_delta_log` as the stream creates them
+    (log_append.put_entry), in parallel on S3; on local disk dated as `Entry.at_s` says."""
 
     def __init__(self, uri: str, local: bool):
+        self.uri = uri
         self.fs, root = filesystem(uri)
         self.log = f"{root}/_delta_log"
         self.local = local
@@ -129,11 +133,9 @@ class LogWriter:
         list(self.pool.map(self._put, entries))
 
     def _put(self, entry: Entry) -> None:
-        path = f"{self.log}/{entry.version:020d}.json"
-        with self.fs.open_output_stream(path) as out:
-            out.write(("\n".join(entry.lines) + "\n").encode())
-        if self.local:
-            os.utime(path, (entry.at_s, entry.at_s))
+        if not log_append.put_entry(self.uri, entry.version, entry_bytes(entry.lines)):
+            raise RuntimeError(f"{self.uri} has a version {entry.version} already")
+        self.age(f"{entry.version:020d}.json", entry.at_s)
 
     def delete(self, name: str) -> None:
         self.fs.delete_file(f"{self.log}/{name}")
@@ -148,47 +150,56 @@ class LogWriter:
         return [i.base_name for i in self.fs.get_file_info(FileSelector(self.log))]
 
 
-def commit_info_line(at_s: float, operation: str, read_version: int, **more: object) -> str:
+def entry_bytes(lines: list[str]) -> bytes:
+    return ("\n".join(lines) + "\n").encode()
+
+
+def stream_entry(files: list[DataFile], batch: int, at_s: float, app_id: str = APP_ID) -> list[str]:
+    """A micro-batch's log entry as the stream writes it (log_append.append_entry): commitInfo,
+    the application transaction, one add per file."""
+    entry = log_append.append_entry(files, ["date"], app_id, batch, int(at_s * 1000))
+    return entry.decode().splitlines()
+
+
+def add_line(path: str, day: date, at_s: float, size: int, stats: str, data_change: bool) -> str:
+    """An add action as the stream writes it; a compaction's (data_change False) differs in that
+    flag alone."""
+    file = DataFile(path, size, {"date": day.isoformat()}, int(at_s * 1000), 0, stats)
+    action = json.loads(stream_entry([file], 0, at_s)[-1])
+    action["add"]["dataChange"] = data_change
+    return json.dumps(action, separators=(",", ":"))
+
+
+def remove_line(path: str, day: date, at_s: float, size: int) -> str:
+    """The remove action of a file the stream added (its path as the stream's add names it),
+    deleted at at_s as a compaction writes it: the stream never removes, so log_append has no
+    remove of its own."""
+    added = json.loads(add_line(path, day, at_s, size, "{}", False))["add"]
+    return json.dumps(
+        {
+            "remove": {
+                "path": added["path"],
+                "deletionTimestamp": int(at_s * 1000),
+                "dataChange": False,
+                "extendedFileMetadata": True,
+                "partitionValues": added["partitionValues"],
+                "size": added["size"],
+            }
+        },
+        separators=(",", ":"),
+    )
+
+
+def compaction_info_line(at_s: float) -> str:
+    """The commitInfo of a compaction (delta-rs's OPTIMIZE, which the maintenance assets run)."""
     return json.dumps(
         {
             "commitInfo": {
                 "timestamp": int(at_s * 1000),
-                "operation": operation,
-                "operationParameters": {"mode": "Append"} if operation == "WRITE" else {},
-                "readVersion": read_version,
+                "operation": "OPTIMIZE",
+                "operationParameters": {},
                 "clientVersion": "delta-rs.py-1.6.3",
-                "isBlindAppend": operation == "WRITE",
-                **more,
-            }
-        }
-    )
-
-
-def add_line(path: str, day: date, at_s: float, size: int, stats: str, data_change: bool) -> str:
-    return json.dumps(
-        {
-            "add": {
-                "path": path,
-                "partitionValues": {"date": day.isoformat()},
-                "size": size,
-                "modificationTime": int(at_s * 1000),
-                "dataChange": data_change,
-                "stats": stats,
-            }
-        }
-    )
-
-
-def remove_line(path: str, day: date, at_s: float, size: int) -> str:
-    return json.dumps(
-        {
-            "remove": {
-                "path": path,
-                "deletionTimestamp": int(at_s * 1000),
-                "dataChange": False,
-                "extendedFileMetadata": True,
-                "partitionValues": {"date": day.isoformat()},
-                "size": size,
+                "isBlindAppend": False,
             }
         }
     )
@@ -231,10 +242,10 @@ def write_checkpoint(
     fs, root = filesystem(uri)
     scratch = f"{root}-scratch-{version}"
     fs.create_dir(f"{scratch}/_delta_log", recursive=True)
-    for n, lines in enumerate((head, [commit_info_line(at_s, "WRITE", 0), *state])):
-        with fs.open_output_stream(f"{scratch}/_delta_log/{n:020d}.json") as out:
-            out.write(("\n".join(lines) + "\n").encode())
     scratch_uri = uri + f"-scratch-{version}"
+    commit_info = stream_entry([], 0, at_s)[0]
+    for n, lines in enumerate((head, [commit_info, *state])):
+        log_append.put_entry(scratch_uri, n, entry_bytes(lines))
     open_table(scratch_uri).create_checkpoint()
     target = f"{root}/_delta_log/{version:020d}.checkpoint.parquet"
     fs.copy_file(f"{scratch}/_delta_log/{1:020d}.checkpoint.parquet", target)
@@ -265,8 +276,8 @@ def seed_tombstones(uri: str, count: int, window_s: float, now_s: float) -> int:
             version += 1
         if version == 0:  # the state is then more than the entries left
             raise click.ClickException(f"{uri} lacks its first log entry: seed a new table")
-        empty = commit_info_line(now_s, "WRITE", version - 1) + "\n"
-        if log_append.put_entry(uri, version, empty.encode()):
+        empty = stream_entry([], version, now_s, app_id=SEED_APP_ID)
+        if log_append.put_entry(uri, version, entry_bytes(empty)):
             break
     else:
         raise click.ClickException(f"{uri}: the stream took every version the seed tried")
@@ -315,15 +326,16 @@ def grow_aged_log(uri: str, shape: StreamShape, sample: DataFile, now_s: float) 
     def day_of(at_s: float) -> date:
         return datetime.fromtimestamp(at_s, UTC).date()
 
-    def stream_add(batch: int) -> tuple[str, str]:
+    def stream_file(batch: int) -> DataFile:
         at = first_s + batch * period
+        day = day_of(at).isoformat()
         path = _stream_file(batch, day_of(at))
-        return path, add_line(path, day_of(at), at, sample.size, sample.stats, True)
+        return DataFile(path, sample.size, {"date": day}, int(at * 1000), 0, sample.stats)
 
-    def txn(batch: int, at_s: float) -> str:
-        return json.dumps(
-            {"txn": {"appId": APP_ID, "version": batch, "lastUpdated": int(at_s * 1000)}}
-        )
+    def stream_add(batch: int) -> tuple[str, str]:
+        file = stream_file(batch)
+        at, day = file.modification_time / 1000, date.fromisoformat(file.partition_values["date"])
+        return file.path, add_line(file.path, day, at, file.size, file.stats, True)
 
     def compaction(day: date, at_s: float) -> tuple[list[str], list[tuple[str, str]]]:
         """What compacting a closed day does: its stream files removed, one file added."""
@@ -359,7 +371,7 @@ def grow_aged_log(uri: str, shape: StreamShape, sample: DataFile, now_s: float) 
     )
     for batch in range(batch_at(max(first_s, uncompacted_from)), first_batch):
         state.add(*stream_add(batch))
-    state.txns[APP_ID] = txn(first_batch - 1, window_start_s - period)
+    state.txns[APP_ID] = stream_entry([], first_batch - 1, window_start_s - period)[1]
     history_actions = len(state.adds) + len(state.removes)
     checkpoint_s = [
         write_checkpoint(uri, head, state.lines(window_start_s, shape.file_retention_s), 1,
@@ -384,7 +396,7 @@ def grow_aged_log(uri: str, shape: StreamShape, sample: DataFile, now_s: float) 
         if compactions and at >= compactions[0][0]:
             day = compactions.pop(0)[1]
             removed, added = compaction(day, at)
-            lines = [commit_info_line(at, "OPTIMIZE", 0)]
+            lines = [compaction_info_line(at)]
             for path in removed:
                 line = remove_line(path, day, at, sample.size)
                 state.remove(path, at, line)
@@ -393,14 +405,11 @@ def grow_aged_log(uri: str, shape: StreamShape, sample: DataFile, now_s: float) 
                 state.add(path, line)
                 lines.append(line)
             entries.append(Entry(at, lines, version=len(entries) + 2))
-        path, line = stream_add(batch)
-        state.add(path, line)
-        state.txns[APP_ID] = batch_txn = txn(batch, at)
-        batch_info = {"tidelake.app_id": APP_ID, "tidelake.batch": batch}
-        entries.append(
-            Entry(at, [commit_info_line(at, "WRITE", 0, **batch_info), batch_txn, line],
-                  version=len(entries) + 2)
-        )  # fmt: skip
+        file = stream_file(batch)
+        lines = stream_entry([file], batch, at)
+        _, state.txns[APP_ID], line = lines
+        state.add(file.path, line)
+        entries.append(Entry(at, lines, version=len(entries) + 2))
         version = entries[-1].version
         due = checkpoint_at and at >= checkpoint_at[0]
         if due or (at >= newest_from_s and version % DELTA_CHECKPOINT_INTERVAL == 0):

@@ -42,7 +42,7 @@ from pathlib import Path
 import click
 import psutil
 from common import write_figures
-from delta_log_age import Entry, LogWriter, add_line, commit_info_line, remove_line, stream_rows
+from delta_log_age import Entry, LogWriter, add_line, remove_line, stream_entry, stream_rows
 from delta_log_age import write_checkpoint as write_state_checkpoint
 
 from tidelake.streaming.calls.call_events import CALL_EVENTS
@@ -64,7 +64,7 @@ def grow_state(uri: str, live_small: int, live_compacted: int, tombstones: int, 
     folder = Path(uri) / f"date={day.isoformat()}"
     source = Path(uri) / sample.path
     now_s = time.time()
-    lines = [commit_info_line(now_s, "WRITE", 0)]
+    lines = stream_entry([], 0, now_s)[:1]
     for n in range(live_small + live_compacted):
         path = f"date={day.isoformat()}/part-{n:08d}.zstd.parquet"
         if n % LINKS_PER_COPY == 0:  # a file system allows so many links to one file
@@ -120,7 +120,7 @@ def time_readers(
         os.link(Path(uri) / path, Path(uri) / extra)
         version = open_table(uri, without_files=True).version() + 1
         add = _first_add(uri)
-        log.write([Entry(now_s, [commit_info_line(now_s, "WRITE", version - 1),
+        log.write([Entry(now_s, [stream_entry([], version, now_s)[0],
                                  add.replace(path, extra)], version=version)])  # fmt: skip
         for name in READERS:
             figures[name].append(_read(name, uri, day, limit_s, limit_mb))
