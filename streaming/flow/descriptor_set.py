@@ -9,9 +9,11 @@ out: they are the contract's own words for each field, and document the flow's t
 
 from __future__ import annotations
 
-import importlib
+import logging
+import sys
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import Descriptor, FileDescriptor
@@ -23,6 +25,8 @@ from tidelake.streaming.flow.spec import FlowSpec
 _MESSAGE_TYPE = descriptor_pb2.FileDescriptorProto.MESSAGE_TYPE_FIELD_NUMBER
 _NESTED_TYPE = descriptor_pb2.DescriptorProto.NESTED_TYPE_FIELD_NUMBER
 _FIELD = descriptor_pb2.DescriptorProto.FIELD_FIELD_NUMBER
+
+log = logging.getLogger(__name__)
 
 
 class DescriptorSetError(SetupError, RuntimeError):
@@ -121,15 +125,36 @@ def _field_comments(message: type[Message]) -> dict[str, str]:
 
 
 def _descriptor_set_path(message: type[Message]) -> Path | None:
-    """`<name>.binpb` next to the module generated from `<name>.proto`; None for a message
-    built at run time (no module)."""
-    module_name = getattr(message, "__module__", None)
-    if not module_name:
-        return None
-    module_file = importlib.import_module(module_name).__file__
+    """`<name>.binpb` next to the module generated from `<name>.proto`; None, with one warning
+    that its column docs are missing, when no loaded module defines the message (one built at
+    run time)."""
+    module = _generating_module(message)
+    module_file = None if module is None else getattr(module, "__file__", None)
     if module_file is None:
+        if message not in _undocumented:
+            _undocumented.add(message)
+            log.warning(
+                "no generated module of %s found: its columns get no docs",
+                message.DESCRIPTOR.full_name,
+            )
         return None
     return Path(module_file).with_name(f"{Path(message.DESCRIPTOR.file.name).stem}.binpb")
+
+
+_undocumented: set[type[Message]] = set()
+"""Messages whose missing column docs were already warned about."""
+
+
+def _generating_module(message: type[Message]) -> ModuleType | None:
+    """The loaded module protoc generated for message's file: the one whose DESCRIPTOR that file
+    is. Its `__module__` names it only when protoc was run from the import root: protoc names it
+    after the .proto's path as compiled (`-I pkg` makes it `bar_pb2`, imported as `pkg.bar_pb2`)."""
+    file = message.DESCRIPTOR.file
+    named = sys.modules.get(message.__module__)
+    modules = [named] if named is not None else []
+    modules += list(sys.modules.values())
+    # the module's own dict: getattr could run a lazy module's __getattr__
+    return next((m for m in modules if getattr(m, "__dict__", {}).get("DESCRIPTOR") is file), None)
 
 
 def _files_named(data: bytes, name: str) -> list[descriptor_pb2.FileDescriptorProto]:
