@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections import Counter
 from datetime import UTC, date, datetime, timedelta
@@ -25,6 +24,7 @@ from tidelake.streaming.batch.backfill import (
 from tidelake.streaming.kafka.admin import quiet_client_config
 from tidelake.streaming.kafka.offsets import PartitionEnds
 from tidelake.streaming.kafka.read import java_client_options
+from tidelake.streaming.polling import poll_until
 from tidelake.streaming.spark.extensions import tidelake_jvm
 
 COMPARED = [
@@ -167,7 +167,14 @@ def test_backfill_while_the_stream_writes_into_the_same_day(
     producer = BackgroundProducer(flow, kafka_conf, count=4000, rate=400, late_share=0.2, seed=14)
     with running_stream(spark, flow, engine_settings, kafka_conf) as stream:
         producer.start()
-        time.sleep(0.5)
+        poll_until(  # the backfills race live appends from the first one on
+            lambda: True if read_delta(stream.table_uri).num_rows > history.good else None,
+            timeout_s=120,
+            interval_s=0.1,
+            timeout_error=lambda _: AssertionError(
+                "the stream appended none of the producer's events in 120 s"
+            ),
+        )
         days = sorted({*history.by_date, datetime.now(UTC).date().isoformat()})
         results = []
         # backfills race the live appends: at least two, and until the producer is done
