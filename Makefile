@@ -107,7 +107,7 @@ bench-secured: $(STAMP)
 
 # an hour (SOAK_ARGS="--minutes 120" for longer): bench-results/soak/soak.{csv,png,json}
 soak: $(STAMP)
-	cd bench && ../$(BIN)/python soak.py --out-dir ../bench-results/soak $(SOAK_ARGS)
+	cd bench && ../$(BIN)/python -m soak --out-dir ../bench-results/soak $(SOAK_ARGS)
 
 # a stream live at 2,000 events/s, a backlog of 30 M keys, live again (DEDUP_ARGS=...)
 bench-dedup-state: $(STAMP)

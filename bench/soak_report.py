@@ -1,5 +1,5 @@
 """A soak's drift again, over a window of its own, from its soak.csv or, for a run that did not
-finish, the samples.jsonl it wrote as it went (bench/soak.py).
+finish, the samples.jsonl it wrote as it went (`python -m soak`, bench/soak/).
 
 A soak judges its series from `--settle` minutes on; a run whose state fills for its first half
 hour (keys that live 30 minutes) is judged again from when it is full, without running it again:
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import click
 from common import drift
-from soak import SERIES_AGE, SETTLE_OPTION, FaultRecord, plot, print_drift
+from soak.figures import SETTLE_OPTION, plot, print_drift
+from soak.series import SERIES_AGE
 
 
 def read_rows(path: Path) -> list[dict[str, float]]:
@@ -52,7 +53,7 @@ def main(
     if plot_to is not None:
         summary = samples.with_name("soak.json")
         faults = json.loads(summary.read_text()).get("faults", []) if summary.exists() else []
-        plot(rows, [FaultRecord(**f) for f in faults], plot_to)
+        plot(rows, [f["at_s"] for f in faults], plot_to)
         print(f"plot: {plot_to}")
 
 

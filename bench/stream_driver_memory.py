@@ -1,7 +1,7 @@
 """The stream's Python driver over thousands of small micro-batches: does its memory grow with
 the batches it has run?
 
-The soak (bench/soak.py) saw the driver's RSS grow 7-8 %/h at 6,000 events/s without saying why.
+The soak (bench/soak/) saw the driver's RSS grow 7-8 %/h at 6,000 events/s without saying why.
 This probe runs CallEvent's stream in its own process (run_flow_stream, as `tidelake stream`
 does, progress log on as in the soak) on a private broker, fed at a low rate so that batches are
 small and many, with tracemalloc on. Every --sample-s it records the driver's RSS, what Python

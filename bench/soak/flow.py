@@ -1,4 +1,4 @@
-"""The flow of a soak with a short key life (`bench/soak.py --allowed-lateness`).
+"""The flow of a soak with a short key life (`python -m soak --allowed-lateness`).
 
 A deduplication key lives 2.5 times its flow's allowed lateness (streaming/records/dedup.py):
 5 hours for CallEvent, so an hour's soak only sees the state fill. CallEvent under another name
@@ -18,7 +18,7 @@ from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.flow.spec import FlowSpec
 
 LATENESS_ENV = "TIDELAKE_SOAK_LATENESS_S"
-MODULE = "soak_flow"
+MODULE = "soak.flow"
 
 
 def soak_flow(lateness: timedelta) -> FlowSpec:
