@@ -46,7 +46,7 @@ def build_anomaly_model_asset(flow: FlowSpec, settings: EngineSettings) -> dg.As
     @dg.asset(
         key=MODEL_KEY,
         deps=[table_key(flow)],
-        partitions_def=daily_partitions(flow),
+        partitions_def=daily_partitions(flow, settings),
         group_name="anomalies",
         kinds={"spark", "delta"},
         owners=list(flow.owners),

@@ -40,7 +40,7 @@ DayVerdict = Callable[[dg.AssetCheckExecutionContext, str], Verdict]
 
 def build_quality_checks(flow: FlowSpec, settings: EngineSettings) -> list[Any]:
     key = table_key(flow)
-    partitions = daily_partitions(flow)
+    partitions = daily_partitions(flow, settings)
     uri = settings.table_uri(flow.table)
     quarantine_uri = settings.table_uri(flow.quarantine_table)
 

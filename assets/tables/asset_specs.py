@@ -70,7 +70,7 @@ def flow_asset_specs(flow: FlowSpec, settings: EngineSettings) -> list[dg.AssetS
         group_name=flow.name,
         kinds={"spark", "delta", "protobuf"},
         owners=owners,
-        partitions_def=daily_partitions(flow),
+        partitions_def=daily_partitions(flow, settings),
         freshness_policy=daily_freshness(flow),
         metadata={
             "dagster/uri": settings.table_uri(flow.table),

@@ -4,8 +4,8 @@ logs to their retention. Compaction and vacuum hold the table's pool slot, so th
 with each other or with a backfill of the same table; the log upkeep commits nothing and needs
 none, so it runs even while a backfill holds the slot."""
 
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping
+from datetime import UTC, date, datetime
 from functools import partial
 from typing import TypeVar
 
@@ -20,6 +20,7 @@ from tidelake.streaming.delta.maintenance import (
     DEFAULT_TARGET_FILE_BYTES,
     MIN_VACUUM_RETENTION_HOURS,
     CompactionResult,
+    ExpiryResult,
     compact_partition,
     expire_dates,
     first_kept_date,
@@ -54,7 +55,7 @@ def build_compaction_asset(flow: FlowSpec, settings: EngineSettings) -> dg.Asset
     @dg.asset(
         key=compaction_key(flow),
         deps=[table_key(flow)],
-        partitions_def=daily_partitions(flow),
+        partitions_def=daily_partitions(flow, settings),
         group_name=flow.name,
         kinds={"delta"},
         owners=list(flow.owners),
@@ -104,55 +105,20 @@ class ExpiryConfig(dg.Config):
 
 def build_vacuum_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefinition:
     tables = _flow_tables(flow, settings)
+    partitions = daily_partitions(flow, settings)
 
     @dg.op(name=f"expire_dates_{flow.name}", pool=table_pool(flow), out=dg.Out(dg.Nothing))
     def expire(context: dg.OpExecutionContext, config: ExpiryConfig) -> None:
         days = settings.lake_retention_days if config.days is None else config.days
-        first_kept = first_kept_date(days, datetime.now(UTC).date())
-        if first_kept is None:
-            context.log.info("the lake's retention is 0: every date is kept")
-            return
-        for key, uri in tables.items():
-            expiry = partial(expire_dates, uri, flow.partition_column, first_kept)
-            result = _if_table_exists(context, uri, expiry)
-            if result is None:
-                continue
-            context.log.info(
-                f"{uri}: {len(result.dates)} dates before {first_kept} deleted "
-                f"({result.removed_files} files, {result.removed_rows} rows)"
-            )
-            context.log_event(
-                dg.AssetObservation(
-                    asset_key=key,
-                    metadata={
-                        "expired_dates": len(result.dates),
-                        "expired_files": result.removed_files,
-                        "expired_rows": result.removed_rows,
-                        "first_kept_date": first_kept.isoformat(),
-                        "table_version": result.table_version,
-                    },
-                )
-            )
+        first_kept, results = expire_old_dates(context, tables, flow.partition_column, days)
+        expired = results.get(table_key(flow))
+        if first_kept is not None and expired is not None:
+            for event in _expired_partitions(flow, partitions, expired.dates, first_kept):
+                context.log_event(event)
 
     @dg.op(name=f"vacuum_{flow.name}", pool=table_pool(flow), ins={"after": dg.In(dg.Nothing)})
     def vacuum(context: dg.OpExecutionContext, config: VacuumConfig) -> None:
-        for key, uri in tables.items():
-            result = _if_table_exists(
-                context, uri, partial(vacuum_table, uri, config.retention_hours)
-            )
-            if result is None:
-                continue
-            context.log.info(f"{uri}: removed {result.removed_files} files")
-            context.log_event(
-                dg.AssetObservation(
-                    asset_key=key,
-                    metadata={
-                        "vacuum_removed_files": result.removed_files,
-                        "vacuum_retention_hours": result.retention_hours,
-                        "table_version": result.table_version,
-                    },
-                )
-            )
+        vacuum_tables(context, tables, config.retention_hours)
 
     @dg.job(
         name=f"{flow.name}_vacuum",
@@ -165,6 +131,34 @@ def build_vacuum_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefiniti
         vacuum(expire())
 
     return vacuum_job
+
+
+EXPIRED = "expired"
+"""Metadata label of the observation that marks a date partition the lake's retention deleted."""
+
+
+def _expired_partitions(
+    flow: FlowSpec,
+    partitions: dg.DailyPartitionsDefinition,
+    dates: tuple[str, ...],
+    first_kept: date,
+) -> list[dg.AssetObservation]:
+    """An observation of each deleted date that is still a partition of the loaded definitions
+    (keys.daily_partitions: it stops being one when the code location loads again): its page
+    then says the rows are gone, under the materialization Dagster cannot wipe."""
+    start = partitions.start.date()
+    return [
+        dg.AssetObservation(
+            asset_key=table_key(flow),
+            partition=day,
+            description=f"{day} deleted by the lake's retention (TIDELAKE_LAKE_RETENTION_DAYS: "
+            f"the oldest date kept is {first_kept}); it is no partition once the code location "
+            "loads again",
+            metadata={EXPIRED: True, "dagster/row_count": 0, "first_kept_date": str(first_kept)},
+        )
+        for day in dates
+        if date.fromisoformat(day) >= start
+    ]
 
 
 def build_vacuum_schedule(flow: FlowSpec, job: dg.JobDefinition) -> dg.ScheduleDefinition:
@@ -180,6 +174,63 @@ def build_vacuum_schedule(flow: FlowSpec, job: dg.JobDefinition) -> dg.ScheduleD
 
 
 T = TypeVar("T")
+
+
+def expire_old_dates(
+    context: dg.OpExecutionContext, tables: Mapping[dg.AssetKey, str], column: str, days: int
+) -> tuple[date | None, dict[dg.AssetKey, ExpiryResult]]:
+    """Delete the dates of each table older than `days` (the lake's retention; 0 keeps every
+    date), logged and observed on its asset: the first date kept (None: every date), and the
+    result of each table that exists."""
+    first_kept = first_kept_date(days, datetime.now(UTC).date())
+    if first_kept is None:
+        context.log.info("the lake's retention is 0: every date is kept")
+        return None, {}
+    results = {}
+    for key, uri in tables.items():
+        result = _if_table_exists(context, uri, partial(expire_dates, uri, column, first_kept))
+        if result is None:
+            continue
+        results[key] = result
+        context.log.info(
+            f"{uri}: {len(result.dates)} dates before {first_kept} deleted "
+            f"({result.removed_files} files, {result.removed_rows} rows)"
+        )
+        context.log_event(
+            dg.AssetObservation(
+                asset_key=key,
+                metadata={
+                    "expired_dates": len(result.dates),
+                    "expired_files": result.removed_files,
+                    "expired_rows": result.removed_rows,
+                    "first_kept_date": first_kept.isoformat(),
+                    "table_version": result.table_version,
+                },
+            )
+        )
+    return first_kept, results
+
+
+def vacuum_tables(
+    context: dg.OpExecutionContext, tables: Mapping[dg.AssetKey, str], retention_hours: int
+) -> None:
+    """Vacuum each table that exists (delta/maintenance.py vacuum_table), logged and observed
+    on its asset."""
+    for key, uri in tables.items():
+        result = _if_table_exists(context, uri, partial(vacuum_table, uri, retention_hours))
+        if result is None:
+            continue
+        context.log.info(f"{uri}: removed {result.removed_files} files")
+        context.log_event(
+            dg.AssetObservation(
+                asset_key=key,
+                metadata={
+                    "vacuum_removed_files": result.removed_files,
+                    "vacuum_retention_hours": result.retention_hours,
+                    "table_version": result.table_version,
+                },
+            )
+        )
 
 
 def _flow_tables(flow: FlowSpec, settings: EngineSettings) -> dict[dg.AssetKey, str]:

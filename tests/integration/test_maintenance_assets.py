@@ -24,7 +24,9 @@ from stores import copy_tree
 from tidelake.assets.definitions import build_definitions
 from tidelake.assets.tables.keys import compaction_key, quarantine_key, table_key
 from tidelake.assets.tables.table_backfill import table_pool
+from tidelake.assets.tables.table_maintenance import EXPIRED
 from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
+from tidelake.streaming.batch.backfill import BackfillError, plan_backfill
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic, quiet_client_config
 from tidelake.streaming.kafka.offsets import PartitionEnds
@@ -219,6 +221,8 @@ def test_vacuum_job_deletes_the_dates_older_than_the_lake_retention(setup: Table
         quarantine_key(flow): len([d for d in quarantined if d < kept]),
     }
     assert again == {table_key(flow): 0, quarantine_key(flow): 0}
+    assert _marked_expired(runs[0]) == {oldest}  # still a partition of these definitions
+    assert _marked_expired(runs[1]) == set()
     assert rows_by_date(table_uri) == {d: n for d, n in report.by_date.items() if d != oldest}
     assert rows_by_date(quarantine_uri) == {d: n for d, n in quarantined.items() if d >= kept}
     last = DeltaTable(table_uri).history(1)[0]
@@ -239,15 +243,32 @@ def _expired_dates(run: dg.ExecuteInProcessResult) -> dict[dg.AssetKey, int]:
     }
 
 
-def test_backfill_of_a_date_older_than_the_lake_retention_is_refused(setup: TableCopy) -> None:
+def _marked_expired(run: dg.ExecuteInProcessResult) -> set[str]:
+    """The date partitions the run marked deleted by the lake's retention."""
+    return {
+        e.event_specific_data.asset_observation.partition
+        for e in run.all_events
+        if e.event_type_value == "ASSET_OBSERVATION"
+        and EXPIRED in e.event_specific_data.asset_observation.metadata
+    }
+
+
+def test_backfill_of_a_date_older_than_the_lake_retention_is_refused(
+    setup: TableCopy, kafka_conf: dict[str, Any]
+) -> None:
+    """Definitions loaded after the date expired do not offer it (no partition); a plan made
+    under definitions loaded before (or from plain Python) is refused in tidelake's words."""
     flow, report, table_uri = setup.flow, setup.report, setup.table_uri
     oldest = sorted(report.by_date)[0]
     settings = setup.settings.model_copy(update={"lake_retention_days": 1})
     defs = build_definitions({flow.name: flow}, settings)
+    partitions = _asset(defs, table_key(flow)).partitions_def
+    assert partitions is not None and not partitions.has_partition_key(oldest)
     before = read_delta(table_uri)
-    message = _failed_backfill(defs, flow, oldest)
-    assert f"{oldest} is older than the lake's retention (1 days" in message
-    assert "TIDELAKE_LAKE_RETENTION_DAYS" in message
+    with pytest.raises(BackfillError) as refused:
+        plan_backfill(flow, [oldest], settings, kafka_conf)
+    assert f"{oldest} is older than the lake's retention (1 days" in str(refused.value)
+    assert "TIDELAKE_LAKE_RETENTION_DAYS" in str(refused.value)
     assert read_delta(table_uri).equals(before)
 
 

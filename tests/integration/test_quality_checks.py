@@ -85,7 +85,7 @@ def run_quality(
     """Run the three checks and a downstream asset of the table for one day or a range of days
     (first, last), in one run. Results are keyed by check name, or (check, day) for a range."""
 
-    @dg.asset(deps=[KEY], partitions_def=daily_partitions(CALL_EVENTS))
+    @dg.asset(deps=[KEY], partitions_def=daily_partitions(CALL_EVENTS, settings))
     def learns_from_calls() -> None:
         """Stands for the anomaly model: must not learn from a failing day."""
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tomllib
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -139,8 +139,10 @@ def test_call_events_get_the_anomaly_model_and_a_supervised_detector(
 
 def test_partitions_start_at_the_deployments_first_date(tmp_path: Path) -> None:
     """TIDELAKE_FIRST_DATE moves every partitioned asset's first day; no setting keeps the
-    flow's declared first_date."""
-    settings = EngineSettings(lake=tmp_path / "lake", checkpoints=tmp_path / "cp")
+    flow's declared first_date (with a lake retention that keeps every date)."""
+    settings = EngineSettings(
+        lake=tmp_path / "lake", checkpoints=tmp_path / "cp", lake_retention_days=0
+    )
     default = build_definitions(FLOWS, settings).resolve_asset_graph()
     first = dg.AssetKey(["lake", CALL_EVENTS.name])
     assert default.get(first).partitions_def.start.date() == CALL_EVENTS.first_date
@@ -154,6 +156,27 @@ def test_partitions_start_at_the_deployments_first_date(tmp_path: Path) -> None:
     }
     assert starts == {date(2026, 11, 20)}
     assert CALL_EVENTS.first_date == date(2026, 1, 1)  # the declaration itself is unchanged
+
+
+def test_partitions_start_at_the_oldest_date_the_lake_keeps(tmp_path: Path) -> None:
+    """Every partitioned asset starts at the oldest date TIDELAKE_LAKE_RETENTION_DAYS keeps when
+    the definitions load (the dates the daily expiry deleted are no partitions), or at the
+    flow's first date if that is later."""
+    today = datetime.now(UTC).date()
+    settings = EngineSettings(lake=tmp_path / "lake", checkpoints=tmp_path / "cp")
+    for days, first_date, start in [
+        (60, date(2026, 1, 1), max(date(2026, 1, 1), today - timedelta(days=60))),
+        (3, date(2026, 1, 1), today - timedelta(days=3)),
+        (3, today - timedelta(days=1), today - timedelta(days=1)),
+    ]:
+        chosen = settings.model_copy(update={"lake_retention_days": days, "first_date": first_date})
+        graph = build_definitions(FLOWS, chosen).resolve_asset_graph()
+        starts = {
+            node.key: node.partitions_def.start.date()
+            for node in graph.asset_nodes
+            if isinstance(node.partitions_def, dg.DailyPartitionsDefinition)
+        }
+        assert len(starts) == 3 and set(starts.values()) == {start}, (days, starts)
 
 
 def test_every_job_runs_its_steps_in_the_runs_own_process() -> None:

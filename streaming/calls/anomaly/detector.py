@@ -64,6 +64,9 @@ log = logging.getLogger(__name__)
 
 DETECTOR_NAME = "call_anomaly_detector"
 ANOMALIES_TABLE = "call_anomalies"
+ANOMALIES_PARTITION_COLUMN = "date"
+"""The anomalies' partition column: the UTC date of the window (the lake's retention expires
+by it)."""
 ALERTS_TOPIC = "call-anomalies"
 ANOMALY_SCHEMA = pa.schema(
     [
@@ -208,7 +211,11 @@ class AnomalyDetector:
 
     def _commit(self, rows: pa.Table, batch_id: int) -> None:
         append_rows_once(
-            self.table_uri, rows, partition_by=["date"], app_id=self._app_id, version=batch_id
+            self.table_uri,
+            rows,
+            partition_by=[ANOMALIES_PARTITION_COLUMN],
+            app_id=self._app_id,
+            version=batch_id,
         )
 
 
