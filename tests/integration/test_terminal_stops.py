@@ -25,6 +25,7 @@ from process_states import signal_in_mask
 
 from tidelake.platform.local.process_group import stop_group
 from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.polling import poll_until
 from tidelake.streaming.settings import kafka_client_env
 
 pytestmark = pytest.mark.slow
@@ -58,20 +59,29 @@ class Command:
             return f.read()
 
     def wait_for(self, text: str, timeout_s: float = 180) -> None:
-        deadline = time.monotonic() + timeout_s
-        while text not in self.output():
+        def printed() -> bool | None:
+            if text in self.output():
+                return True
             assert self.process.poll() is None, f"exited early:\n{self.output()[-3000:]}"
-            assert time.monotonic() < deadline, f"no {text!r} in {timeout_s:g} s:\n{self.output()}"
-            time.sleep(0.05)
+            return None
+
+        poll_until(
+            printed,
+            timeout_s=timeout_s,
+            interval_s=0.05,
+            timeout_error=lambda _: AssertionError(
+                f"no {text!r} in {timeout_s:g} s:\n{self.output()}"
+            ),
+        )
 
     def wait_until_handled(self, sig: signal.Signals, timeout_s: float = 60) -> None:
         """Wait until the process has a handler for sig (its SigCgt mask in /proc)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if signal_in_mask(self.process.pid, "SigCgt", sig):
-                return
-            assert time.monotonic() < deadline, f"no {sig.name} handler in {timeout_s:g} s"
-            time.sleep(0.01)
+        poll_until(
+            lambda: True if signal_in_mask(self.process.pid, "SigCgt", sig) else None,
+            timeout_s=timeout_s,
+            interval_s=0.01,
+            timeout_error=lambda _: AssertionError(f"no {sig.name} handler in {timeout_s:g} s"),
+        )
 
     def stop(self, sig: signal.Signals, to: str, timeout_s: float = 240) -> str:
         """Send sig to the process or its group; its output once it has exited with 0.
@@ -111,12 +121,14 @@ def no_command_left_running() -> Iterator[None]:
 
 def _new_data_file(table: Path, known: set[Path], timeout_s: float = 120) -> None:
     """Return once the stream has written a data file it has not committed yet."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if set(table.rglob("*.parquet")) - known:
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"no new data file in {table} within {timeout_s:g} s")
+    poll_until(
+        lambda: True if set(table.rglob("*.parquet")) - known else None,
+        timeout_s=timeout_s,
+        interval_s=0.005,  # the file is uncommitted for a moment only
+        timeout_error=lambda _: AssertionError(
+            f"no new data file in {table} within {timeout_s:g} s"
+        ),
+    )
 
 
 @pytest.mark.faults  # the graceful stop once: test_crash_safety's SIGTERM test
@@ -171,7 +183,8 @@ def _start_and_stop(
     name: str, sig: signal.Signals, to: str, while_starting: bool, bootstrap: str, root: Path
 ) -> None:
     """Start a local service in a home of its own, signal it while it starts (once tidelake
-    handles SIGTERM; before, Python's defaults) or once it is ready, and see it exit 0."""
+    handles SIGTERM; before, Python's defaults) or once it is ready, and see it exit 0. The
+    signal comes up to a second later, at a moment of each case's own, the same in every run."""
     args, ready = LOCAL_SERVICES[name]
     home = root / f"home-{sig.name}-{to}"
     home.mkdir()
@@ -183,7 +196,7 @@ def _start_and_stop(
         command.wait_until_handled(signal.SIGTERM)
     else:
         command.wait_for(ready)
-    time.sleep(random.uniform(0.0, 1.0))
+    time.sleep(random.Random(f"{name} {sig.name} {to} {while_starting}").uniform(0.0, 1.0))
     command.stop(sig, to)
 
 
