@@ -31,6 +31,11 @@ _DURATION = re.compile(rf"\s*(\d+\s*({_UNITS})\s*)+", re.IGNORECASE)
 _LOG_RETENTION = re.compile(r"\s*(?P<n>\d+)\s*(?P<unit>minutes?|hours?|days?)\s*", re.IGNORECASE)
 """A Delta log retention: one '<number> <unit>' that Delta's interval syntax also reads."""
 _MIN_LOG_RETENTION_S = 3600
+REREAD_AFTER_S = 300.0
+"""How old a stream's kept-open snapshot of its table may be when a batch appends after it
+(delta/commit.py). The log upkeep deletes only entries older than the log retention, which must
+be longer (checked with TIDELAKE_DELTA_LOG_RETENTION), so a version created since the snapshot
+was read is still there to refuse an append at its number."""
 DELTA_CHECKPOINT_INTERVAL = 100
 """delta.checkpointInterval of tidelake's tables (delta-rs's default): a stream checkpoints its
 table every 100 versions (delta/commit.py; measured in docs/benchmarks.md, issue 38)."""
@@ -235,11 +240,22 @@ class EngineSettings(BaseSettings):
                 f"expected one '<number> <unit>' (minutes, hours or days) such as '24 hours', "
                 f"got {value!r}"
             )
-        if _seconds(int(match["n"]), match["unit"]) < _MIN_LOG_RETENTION_S:
+        seconds = _seconds(int(match["n"]), match["unit"])
+        if seconds < _MIN_LOG_RETENTION_S:
             raise ValueError(
                 f"at least 1 hour (a backfill commits against the snapshot it read), got {value!r}"
             )
+        if seconds <= REREAD_AFTER_S:
+            raise ValueError(
+                f"longer than {REREAD_AFTER_S:.0f} s, the age at which a stream reads its table "
+                f"again (the log must keep every version since), got {value!r}"
+            )
         return value
+
+    def delta_log_retention_seconds(self) -> int:
+        match = _LOG_RETENTION.fullmatch(self.delta_log_retention)
+        assert match is not None  # validated
+        return _seconds(int(match["n"]), match["unit"])
 
     def delta_table_properties(self) -> dict[str, str]:
         """The Delta table properties tidelake sets on the tables it creates or streams into:

@@ -1,12 +1,15 @@
-"""Independent readers of the tables the engine writes: delta-rs and DuckDB, never Spark.
+"""Independent readers of the tables the engine writes: delta-rs, DuckDB, and delta-spark.
 
-Both read a local path or an s3:// URI; on S3 with the standard AWS variables (the session's S3
-server sets them), DuckDB through its httpfs extension's S3 secret.
+delta-rs and DuckDB read a local path or an s3:// URI; on S3 with the standard AWS variables (the
+session's S3 server sets them), DuckDB through its httpfs extension's S3 secret. delta-spark,
+Delta's reference implementation, reads in the test's own SparkSession (`spark` fixture), never
+in the session of the stream it judges.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -16,9 +19,16 @@ from tidelake.streaming.storage.location import delta_storage_options
 from tidelake.streaming.storage.s3_settings import s3_settings
 
 
-def read_delta(path: str | Path) -> pa.Table:
-    """The current snapshot of a Delta table, read with delta-rs."""
-    return _table(path).to_pyarrow_table()
+def read_delta(path: str | Path, version: int | None = None) -> pa.Table:
+    """A Delta table's current snapshot (or the given version), read with delta-rs."""
+    return _table(path, version).to_pyarrow_table()
+
+
+def read_delta_spark(spark: Any, path: str | Path, *columns: str, **options: str) -> pa.Table:
+    """A Delta table (those columns, default all) as delta-spark reads it in `spark`, with read
+    options such as versionAsOf."""
+    frame = spark.read.format("delta").options(**options).load(str(path))
+    return (frame.select(*columns) if columns else frame).toArrow()
 
 
 def delta_version(path: str | Path) -> int:
@@ -32,12 +42,7 @@ def delta_properties(path: str | Path) -> dict[str, str]:
 
 def rows_added_by_version(path: str | Path) -> list[int]:
     """How many rows each version of an append-only table added, from version 0 on."""
-    counts = [
-        DeltaTable(str(path), version=v, storage_options=delta_storage_options(str(path)))
-        .to_pyarrow_table()
-        .num_rows
-        for v in range(delta_version(path) + 1)
-    ]
+    counts = [read_delta(path, v).num_rows for v in range(delta_version(path) + 1)]
     return [now - before for before, now in zip([0, *counts], counts, strict=False)]
 
 
@@ -56,8 +61,8 @@ def rows_by_date(path: str | Path, column: str = "date") -> dict[str, int]:
     return dict(rows)
 
 
-def _table(path: str | Path) -> DeltaTable:
-    return DeltaTable(str(path), storage_options=delta_storage_options(str(path)))
+def _table(path: str | Path, version: int | None = None) -> DeltaTable:
+    return DeltaTable(str(path), version=version, storage_options=delta_storage_options(str(path)))
 
 
 def duckdb_query(sql: str) -> list[tuple]:

@@ -42,7 +42,8 @@ class VacuumConfig(dg.Config):
         default=MIN_VACUUM_RETENTION_HOURS,
         ge=0,
         description="keep files any snapshot of the last N hours needs (time travel, readers "
-        "and writers in flight); below 168 only when you know nothing reads older snapshots",
+        "and writers in flight); at least TIDELAKE_DELTA_LOG_RETENTION (shorter is refused), "
+        "below 168 only when you know nothing reads older snapshots",
     )
 
 

@@ -1,23 +1,31 @@
-"""Delta commits with delta-rs: validated, idempotent, atomic across processes.
+"""Delta commits of tidelake's writers: validated, idempotent, atomic across processes.
 
-Each micro-batch is one Delta transaction carrying an application transaction
+Each micro-batch of a stream is one Delta transaction carrying an application transaction
 (app id = the stream's query id, version = batch id). A replayed batch finds its version
 already recorded and commits nothing, so Spark's at-least-once batch replay becomes
-exactly-once in the table. delta-rs validates almost nothing about added files, so
-`validate_files` does: files exist with the stated size, sit inside the table, and carry
-exactly the table's partition values.
+exactly-once in the table. `validate_files` checks the added files: they exist with the stated
+size, sit inside the table, and carry exactly the table's partition values in their folders.
 
-What a commit costs must not grow with the table's age (issue 38). The table a stream commits
-to stays open in this process without its file list (`StreamedTable`: a snapshot of metadata and
-application transactions; with the list, every commit and every update rebuilt it), and a batch
-is appended as the next version of the log by name (delta/log_append.py), without the two
-listings of `_delta_log` that delta-rs makes for each commit (on local disk each walks the whole
-folder). The snapshot is read again, one listing, when the stream checkpoints the table (every
+A stream appends its batch itself, as the next version of the log created only if absent
+(delta/log_append.py, storage/conditional_put.py: a hard link on local disk, a conditional PUT
+on S3), without the two listings of `_delta_log` that delta-rs made for each commit (on local
+disk each walks the whole folder, so a commit cost what the log retention keeps; issue 38). The
+table stays open in this process without its file list (`StreamedTable`: a snapshot of metadata
+and application transactions). When another writer took the version (a compaction, a backfill,
+a zombie driver of the same batch), `read_winners` reads the versions that follow by name, one
+file each, as Delta's rule for a blind append asks: an application transaction that records the
+batch already (the batch is then skipped), a protocol this writer cannot honour (refused), a
+metadata change (the batch is checked again against the new schema and partitioning, and refused
+if it no longer fits, where delta-spark aborts with MetadataChangedException).
+
+The snapshot is read again, one listing, when the stream checkpoints the table (every
 `delta.checkpointInterval` versions: a streamed checkpoint, a fraction of a second, where
 delta-rs's hook on a snapshot with files replays and holds them all) and when it is older than
-`REREAD_AFTER_S`. The expired-log cleanup is left to the log upkeep (delta/maintenance.py
-`upkeep_log`, an hourly Dagster schedule), which cuts the log to the retention that tidelake sets
-on every table it creates or streams into (`TIDELAKE_DELTA_LOG_RETENTION`).
+`REREAD_AFTER_S`, which settings.py holds below the log retention. The expired-log cleanup is
+left to the log upkeep (delta/maintenance.py `upkeep_log`, an hourly Dagster schedule), which
+cuts the log to the retention that tidelake sets on every table it creates or streams into
+(`TIDELAKE_DELTA_LOG_RETENTION`). Rows written by the driver (append_rows_once) and replaced dates
+(replace_partitions) are committed by delta-rs, which checks conflicts itself.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -44,7 +53,11 @@ from tidelake.streaming.delta.commit_races import retry_lost_commits
 from tidelake.streaming.delta.files import DataFile
 from tidelake.streaming.delta.tables import open_table, write_table
 from tidelake.streaming.errors import TidelakeError
-from tidelake.streaming.settings import DELTA_CHECKPOINT_INTERVAL, load_engine_settings
+from tidelake.streaming.settings import (
+    DELTA_CHECKPOINT_INTERVAL,
+    REREAD_AFTER_S,
+    load_engine_settings,
+)
 from tidelake.streaming.storage.location import delta_storage_options, filesystem
 from tidelake.streaming.storage.uri import is_object_store
 
@@ -68,11 +81,6 @@ STREAM_COMMIT_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_
 """Commits through delta-rs on a stream's table run no post-commit hook: the stream checkpoints
 by itself, the log upkeep deletes expired entries (the cleanup lists the whole `_delta_log`)."""
 
-REREAD_AFTER_S = 300.0
-"""How old a kept-open snapshot may be when a batch appends after it. The log upkeep deletes
-only entries older than the log retention (1 hour at least, settings.py), so a version created
-since the snapshot was read is still there to refuse an append at its number."""
-
 LOST_RACES_AT_MOST = 1_000
 """Versions taken by other writers that one append reads past before it gives up."""
 
@@ -89,6 +97,8 @@ class StreamedTable:
     checkpoint_interval: int = field(init=False)
     """delta.checkpointInterval of the snapshot's metadata (a metadata change re-reads it)."""
     read_at: float = field(init=False)
+    fitting: set[tuple[pa.Schema, tuple[str, ...]]] = field(init=False, default_factory=set)
+    """The batches' schemas and partitionings found to fit the snapshot's metadata."""
 
     def __post_init__(self) -> None:
         self._read()
@@ -111,10 +121,19 @@ class StreamedTable:
         _require_blind_appends(self.snapshot)
         self.version = self.snapshot.version()
         self.transactions.clear()
+        self.fitting.clear()
         configuration = self.snapshot.metadata().configuration
         interval = configuration.get("delta.checkpointInterval", DELTA_CHECKPOINT_INTERVAL)
         self.checkpoint_interval = int(interval)
         self.read_at = time.monotonic()
+
+    def require_fit(self, schema: pa.Schema, partition_by: Sequence[str]) -> None:
+        """Raise DeltaCommitError unless files of `schema` partitioned by `partition_by` fit the
+        table's metadata as this snapshot has it (checked again after each read)."""
+        shape = (schema, tuple(partition_by))
+        if shape not in self.fitting:
+            require_fit(self.snapshot, schema, partition_by)
+            self.fitting.add(shape)
 
     def append(self, entry: bytes, app_id: str, batch: int) -> bool:
         """Create the next version with `entry`, batch `batch` of `app_id`; False if another
@@ -128,7 +147,8 @@ class StreamedTable:
 
     def read_winners(self) -> None:
         """Read the versions after this process's by name, up to the first that does not exist:
-        their application transactions, protocol and metadata changes (a new snapshot then)."""
+        their application transactions, protocol and metadata changes (a new snapshot then,
+        against which the next append checks its batch again: require_fit)."""
         metadata_changed = False
         known = self.version
         while (actions := log_append.read_entry(self.table_uri, self.version + 1)) is not None:
@@ -155,6 +175,7 @@ def _require_blind_appends(table: DeltaTable) -> None:
         },
         table.table_uri,
     )
+    log_append.require_no_invariants(table.schema().to_json(), table.table_uri)
 
 
 _open_tables: dict[str, StreamedTable] = {}
@@ -247,6 +268,17 @@ def ensure_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str])
         table = open_table(table_uri)
     except TableNotFoundError:
         table = create_table(table_uri, schema, partition_by)
+    require_fit(table, schema, partition_by)
+    _require_blind_appends(table)
+    apply_table_properties(table)
+    return table
+
+
+def require_fit(table: DeltaTable, schema: pa.Schema, partition_by: Sequence[str]) -> None:
+    """Raise DeltaCommitError unless files of `schema` partitioned by `partition_by` may be
+    added to `table` as its metadata stands: the same partitioning, each column in the table
+    with its type, and the table's other columns nullable (the files lack them)."""
+    table_uri = table.table_uri
     existing = table.metadata().partition_columns
     if list(existing) != list(partition_by):
         raise DeltaCommitError(
@@ -263,9 +295,11 @@ def ensure_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str])
     ]
     if changed:
         raise DeltaCommitError(f"{table_uri} has other column types: {'; '.join(changed)}")
-    _require_blind_appends(table)
-    apply_table_properties(table)
-    return table
+    required = [f.name for f in have if not f.nullable and f.name not in schema.names]
+    if required:
+        raise DeltaCommitError(
+            f"{table_uri} requires columns {required} that the stream does not write"
+        )
 
 
 def same_column_type(table_type: pa.DataType, stream_type: pa.DataType) -> bool:
@@ -290,12 +324,12 @@ def batch_recorded(table_uri: str, app_id: str, version: int) -> bool:
     """Whether the table records batch `version` of the stream `app_id` (a replay), as the
     snapshot this process keeps open says, without bringing it up to date (opened if none).
 
-    That snapshot holds every batch this process committed (each commit updates it after
-    itself), and a process that starts opens the latest. A batch it cannot see (a zombie
-    driver's commit of the same batch) is caught by the commit instead: delta-rs fails a commit
-    whose application transaction another writer recorded since its snapshot, and commit_files
-    tries again on the latest snapshot, which skips it. On local disk every update lists the
-    whole `_delta_log`: one fewer a batch (docs/benchmarks.md, issue 38)."""
+    That table knows every batch this process committed, and a process that starts opens the
+    latest. A batch it cannot see (a zombie driver's commit of the same batch) is caught by the
+    commit instead: the put of the next version finds it taken, read_winners reads the winner's
+    application transaction by name, and commit_files skips the batch. Bringing the snapshot up
+    to date here would list the whole `_delta_log` on local disk for every batch
+    (docs/benchmarks.md, issue 38)."""
     table = _open_tables.get(table_uri)
     try:
         done = (table or _latest(table_uri)).transaction_version(app_id)
@@ -333,11 +367,21 @@ def validate_files(table_uri: str, files: Sequence[DataFile], partition_by: Sequ
                 f"file {f.path} has partition values for {sorted(f.partition_values)}, "
                 f"table is partitioned by {list(partition_by)}"
             )
-        folder = "/".join(f"{k}={f.partition_values[k]}" for k in partition_by)
-        if folder and not f.path.startswith(folder + "/"):
+        folders = f.path.split("/")[: len(partition_by)]
+        if [_partition_of(folder) for folder in folders] != [
+            (k, f.partition_values[k]) for k in partition_by
+        ]:
+            folder = "/".join(f"{k}={f.partition_values[k]}" for k in partition_by)
             raise DeltaCommitError(f"file {f.path} is not in its partition folder {folder}")
         if f.num_records <= 0:
             raise DeltaCommitError(f"file {f.path} holds no rows")
+
+
+def _partition_of(folder: str) -> tuple[str, str]:
+    """(column, value) of a partition folder `column=value`, the value's escapes undone (Spark
+    escapes a few characters, delta/files.py all but letters and digits, both as %XX)."""
+    column, _, value = folder.partition("=")
+    return column, unquote(value)
 
 
 def commit_files(
@@ -358,6 +402,7 @@ def commit_files(
     for lost in range(LOST_RACES_AT_MOST):
         if _committed_already(table.transaction_version(app_id), table_uri, app_id, version):
             return CommitResult(table_uri, None, len(files), rows, skipped=True)
+        table.require_fit(schema, partition_by)  # again after another writer's metadata change
         if table.append(entry, app_id, version):
             break
         log.warning(

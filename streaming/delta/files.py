@@ -88,11 +88,15 @@ def _has_min_max(t: pa.DataType) -> bool:
 
 
 def _stat_value(value: Any, *, up: bool) -> Any:
-    """JSON form of a statistic; timestamps at ms precision, widened so they stay bounds."""
+    """JSON form of a statistic; timestamps at ms precision, widened so they stay bounds. A
+    timestamp without a zone (timestampNtz: the footer's statistics come naive) is written as
+    it is, never read as this machine's local time."""
     if isinstance(value, dt.datetime):
         ms = value.replace(microsecond=value.microsecond // 1000 * 1000)
         if up and ms != value:
             ms += dt.timedelta(milliseconds=1)
+        if ms.tzinfo is None:
+            return ms.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
         return ms.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     if isinstance(value, dt.date):
         return value.isoformat()

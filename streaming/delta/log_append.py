@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
 from tidelake.streaming.delta.files import DataFile
 from tidelake.streaming.errors import SetupError
@@ -31,7 +32,16 @@ BLIND_APPEND_WRITER_FEATURES = frozenset(
 )
 """Writer features whose tables take a plain add action (writer version 7). Others ask of each
 write what this one does not do (row tracking's row ids, in-commit timestamps, column mapping's
-physical names, generated and identity columns, check constraints)."""
+physical names, generated and identity columns, check constraints). `invariants` (and writer
+version 2) asks to enforce the columns' `delta.invariants`, which a stream does not: a table
+whose columns carry any is refused (require_no_invariants)."""
+
+INVARIANTS_KEY = "delta.invariants"
+
+PATH_SAFE = "/!$&'()+,;=:@"
+"""What an add action's path keeps unescaped: the path is a URI (PROTOCOL.md), so the `%` of a
+partition folder's escaped value and a space are percent-encoded; these, delta-rs's choice too,
+are not."""
 
 
 class UnsupportedTableError(SetupError):
@@ -53,6 +63,34 @@ def require_blind_appends(protocol: Mapping[str, Any], table_uri: str) -> None:
     )
 
 
+def require_no_invariants(schema_json: str, table_uri: str) -> None:
+    """Raise UnsupportedTableError if a column of the table's schema (Delta's schemaString)
+    carries `delta.invariants`: every write must check its rows against them."""
+    columns = _columns_with(json.loads(schema_json), INVARIANTS_KEY)
+    if columns:
+        raise UnsupportedTableError(
+            f"{table_uri} has column invariants ({INVARIANTS_KEY} on {', '.join(columns)}), "
+            "which a stream's append does not enforce: drop them, or write the table otherwise"
+        )
+
+
+def _columns_with(schema: Any, key: str, prefix: str = "") -> list[str]:
+    """The (dotted) names of the fields of a Delta schema, nested ones too, whose metadata has
+    `key`."""
+    found: list[str] = []
+    if isinstance(schema, dict):
+        if "name" in schema and key in (schema.get("metadata") or {}):
+            found.append(prefix + schema["name"])
+        nested = prefix + schema["name"] + "." if "name" in schema else prefix
+        for name, value in schema.items():
+            if name != "metadata":
+                found += _columns_with(value, key, nested)
+    elif isinstance(schema, list):
+        for item in schema:
+            found += _columns_with(item, key, prefix)
+    return found
+
+
 def append_entry(
     files: Sequence[DataFile],
     partition_by: Sequence[str],
@@ -61,7 +99,8 @@ def append_entry(
     now_ms: int,
 ) -> bytes:
     """The log entry of a batch: commitInfo (the batch in tidelake.* keys, as history shows
-    them), the application transaction that makes it happen once, one add per file."""
+    them), the application transaction that makes it happen once, one add per file (its path
+    as the URI that the protocol asks for)."""
     info = {
         "timestamp": now_ms,
         "operation": "WRITE",
@@ -78,7 +117,7 @@ def append_entry(
     actions += [
         {
             "add": {
-                "path": f.path,
+                "path": quote(f.path, safe=PATH_SAFE),
                 "partitionValues": f.partition_values,
                 "size": f.size,
                 "modificationTime": f.modification_time,

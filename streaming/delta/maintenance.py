@@ -4,14 +4,17 @@ dates, vacuum, log upkeep.
 Date expiry (`expire_dates`) deletes the dates older than the lake's retention
 (TIDELAKE_LAKE_RETENTION_DAYS): whole partitions, so the commit only removes files (nothing is
 rewritten) and, like compaction, commits alongside the stream's appends of newer dates; vacuum
-deletes the files once no snapshot within its retention needs them.
+deletes the files once no snapshot within its retention needs them. A vacuum retention shorter
+than the log's (`TIDELAKE_DELTA_LOG_RETENTION`) is refused: it would delete the files a stream or
+a backfill has written and not committed yet.
 
 The log upkeep (`upkeep_log`) is what a stream's commits leave out (delta/commit.py): it
 deletes log entries older than the table's `delta.logRetentionDuration`
 (`TIDELAKE_DELTA_LOG_RETENTION`) that an older checkpoint makes unnecessary, after writing a
-checkpoint (a table no stream writes gets one there). It commits
-nothing (it may set tidelake's table properties once on a table that lacks them), so it runs
-alongside the stream, a backfill or a compaction, and needs no pool slot.
+checkpoint (a table no stream writes gets one there), and the temporary files of log entries
+that a writer which died before linking them left. It commits nothing (it may set tidelake's
+table properties once on a table that lacks them), so it runs alongside the stream, a backfill or
+a compaction, and needs no pool slot.
 
 Compaction commits alongside the stream's appends (delta-rs checks conflicts and keeps the
 stream's application transactions). It must never run twice at once on one table: deltalake
@@ -25,6 +28,7 @@ retry, not a failed run.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -35,6 +39,9 @@ from tidelake.streaming.delta.commit import apply_table_properties
 from tidelake.streaming.delta.commit_races import retry_lost_commits
 from tidelake.streaming.delta.progress import snapshot_progress
 from tidelake.streaming.delta.tables import open_table
+from tidelake.streaming.errors import ConfigError
+from tidelake.streaming.settings import load_engine_settings
+from tidelake.streaming.storage.conditional_put import remove_leftovers
 from tidelake.streaming.storage.location import Location
 
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
@@ -148,19 +155,37 @@ class VacuumResult:
 
 def vacuum_table(table_uri: str, retention_hours: int = MIN_VACUUM_RETENTION_HOURS) -> VacuumResult:
     """Delete files no snapshot within the retention needs, orphans of failed writes included,
-    then checkpoint the log and drop log entries older than the log retention."""
-    if retention_hours < 0:
-        raise ValueError(f"retention_hours must be >= 0, got {retention_hours}")
+    then checkpoint the log and drop log entries older than the log retention. A retention
+    shorter than the log's is refused (require_vacuum_retention)."""
+    require_vacuum_retention(retention_hours)
     table = open_table(table_uri)
     removed = table.vacuum(
         retention_hours=retention_hours,
         dry_run=False,
-        enforce_retention_duration=retention_hours >= MIN_VACUUM_RETENTION_HOURS,
+        enforce_retention_duration=False,  # require_vacuum_retention is the rule
         full=True,
     )
     table.create_checkpoint()
     table.cleanup_metadata()
     return VacuumResult(table_uri, len(removed), retention_hours, table.version())
+
+
+def require_vacuum_retention(retention_hours: int) -> None:
+    """Raise ConfigError for a vacuum retention shorter than TIDELAKE_DELTA_LOG_RETENTION, as
+    delta-spark refuses one shorter than the table's deletedFileRetentionDuration (tidelake sets
+    it to the same). A full vacuum deletes every file the log does not name that is older than
+    its retention: a shorter one deletes the files a running stream or backfill has written and
+    not yet committed (the log retention is longer than the longest backfill), and those of the
+    snapshots the log still offers to time travel."""
+    settings = load_engine_settings()
+    floor_hours = math.ceil(settings.delta_log_retention_seconds() / 3600)
+    if retention_hours < floor_hours:
+        raise ConfigError(
+            f"a vacuum retention of {retention_hours} hours is shorter than "
+            f"TIDELAKE_DELTA_LOG_RETENTION={settings.delta_log_retention}: it would delete files "
+            f"that running streams and backfills have written and not committed yet; vacuum "
+            f"with at least {floor_hours} hours"
+        )
 
 
 @dataclass(frozen=True)
@@ -173,11 +198,14 @@ class LogUpkeepResult:
     properties_set: dict[str, str]
     checkpoint_seconds: float
     cleanup_seconds: float
+    leftovers_removed: tuple[str, ...]
+    """temporary files of log entries that a crashed writer left (storage/conditional_put.py)"""
 
 
 def upkeep_log(table_uri: str) -> LogUpkeepResult:
     """Checkpoint the table's log at its latest version, then delete the log entries older than
-    its log retention that the newest checkpoint before the cut-off makes unnecessary."""
+    its log retention that the newest checkpoint before the cut-off makes unnecessary, and the
+    temporary files of entries whose writer died before linking them (remove_leftovers)."""
     log_folder = Location(table_uri) / "_delta_log"
     table = open_table(table_uri, without_files=True)  # the checkpoint streams the log
     properties = apply_table_properties(table)
@@ -187,6 +215,7 @@ def upkeep_log(table_uri: str) -> LogUpkeepResult:
     checkpointed = time.monotonic()
     table.cleanup_metadata()
     cleaned = time.monotonic()
+    leftovers = remove_leftovers(str(log_folder))
     return LogUpkeepResult(
         table_uri,
         table.version(),
@@ -195,4 +224,5 @@ def upkeep_log(table_uri: str) -> LogUpkeepResult:
         properties,
         checkpointed - started,
         cleaned - checkpointed,
+        tuple(leftovers),
     )

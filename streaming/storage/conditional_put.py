@@ -2,17 +2,22 @@
 
 A Delta commit is the creation of `_delta_log/N.json` by whichever writer gets there first:
 `put_if_absent` does it (a PUT with `If-None-Match: *` on S3, a hard link of a complete file on
-local disk, as delta-rs does both). On S3 the store must refuse the second of two such PUTs of
-one key, or two processes committing at once both "succeed" and one commit is lost; there is no
-lock service to fall back on. So at start the store is asked twice for the same new key; the
-second answer must be 412 (or 409, a concurrent conditional write). A store that answers 200 is
-refused in one line naming the setting.
+local disk, as delta-rs does both; the stream's commits, delta/log_append.py). On local disk the
+file is forced to disk before its link and the folder after, so that a power loss leaves the
+entry whole or absent; a writer killed between writing and linking leaves its temporary file,
+which the log upkeep deletes (`remove_leftovers`). On S3 the store must refuse the second of two
+such PUTs of one key, or two processes committing at once both "succeed" and one commit is lost;
+there is no lock service to fall back on. So at start the store is asked twice for the same new
+key; the second answer must be 412 (or 409, a concurrent conditional write). A store that
+answers 200 is refused in one line naming the setting.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import time
 import uuid
 from functools import cache
 from typing import Any
@@ -25,6 +30,8 @@ from tidelake.streaming.storage.s3_settings import S3Settings, s3_client, s3_set
 from tidelake.streaming.storage.uri import is_object_store, join
 
 PROBE_FOLDER = "_tidelake_probe"
+_TEMPORARY = re.compile(r"_.+\.[0-9a-f]{32}\.tmp")
+"""The name of a temporary file of a local put: `_<name>.<uuid>.tmp`."""
 _REFUSED = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 
 
@@ -94,17 +101,57 @@ def put_if_absent(uri: str, body: bytes) -> bool:
 
 
 def _link_if_absent(path: str, body: bytes) -> bool:
+    """A hard link of a complete, forced file: a power loss after it leaves the entry whole or
+    absent, never empty (as the JVM's AtomicLocalLogStore forces its file). A crash before the
+    link leaves the temporary file, which the log upkeep deletes (remove_leftovers)."""
     folder, name = os.path.split(path)
-    temporary = os.path.join(folder, f"_{name}.{uuid.uuid4().hex}.tmp")
+    temporary = os.path.join(folder, f"_{name}.{uuid.uuid4().hex}.tmp")  # see _TEMPORARY
     with open(temporary, "wb") as f:
         f.write(body)
+        f.flush()
+        os.fsync(f.fileno())
     try:
         os.link(temporary, path)  # atomic, and fails if the name exists
     except FileExistsError:
         return False
     finally:
         os.unlink(temporary)
+    _fsync_folder(folder)
     return True
+
+
+def _fsync_folder(folder: str) -> None:
+    """Force the folder's entries (the new name) to disk."""
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+LEFTOVER_AFTER_S = 3600.0
+"""Age after which a temporary file of put_if_absent is a crash's leftover: a put links and
+removes its own within milliseconds; a writer paused longer than this whose file went fails its
+put with an OSError (its batch is tried again), it never commits half an entry."""
+
+
+def remove_leftovers(folder: str, now: float | None = None) -> list[str]:
+    """Delete the temporary files that puts into the local `folder` left when their process
+    died between writing and linking, if older than LEFTOVER_AFTER_S; their names. Nothing on
+    an object store, where a put is one request."""
+    if is_object_store(folder):
+        return []
+    now = time.time() if now is None else now
+    removed = []
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if not _TEMPORARY.fullmatch(entry.name):
+                continue
+            with contextlib.suppress(FileNotFoundError):  # its put has just removed it
+                if now - entry.stat().st_mtime > LEFTOVER_AFTER_S:
+                    os.unlink(entry.path)
+                    removed.append(entry.name)
+    return removed
 
 
 @cache

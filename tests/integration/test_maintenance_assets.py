@@ -187,7 +187,7 @@ def test_vacuum_job_observes_what_it_removed(setup: TableCopy) -> None:
     with dg.instance_for_test() as instance:
         result = job.execute_in_process(
             instance=instance,
-            run_config={"ops": {f"vacuum_{flow.name}": {"config": {"retention_hours": 0}}}},
+            run_config={"ops": {f"vacuum_{flow.name}": {"config": {"retention_hours": 24}}}},
         )
     assert result.success
     observed = [

@@ -17,6 +17,8 @@ from lake_readers import duckdb_query, read_delta, rows_by_date
 from live_stream import BackgroundProducer, produce_and_stream, running_stream, wait_for_rows
 
 from tidelake.streaming.delta.maintenance import compact_partition, expire_dates, vacuum_table
+from tidelake.streaming.errors import ConfigError
+from tidelake.streaming.polling import poll_until
 
 
 @pytest.fixture
@@ -56,10 +58,23 @@ def test_compaction_racing_stream_appends_keeps_exact_counts(
     with running_stream(spark, flow, small_batches, kafka_conf) as stream:
         producer.start()
         day = datetime.now(UTC).date().isoformat()
-        while producer.is_alive() or len(compactions) < 3:
+
+        def compacted_while_producing() -> bool | None:
+            """One compaction of the date, racing the stream; done once the producer is and
+            three have run."""
             if Path(stream.table_uri, "_delta_log").exists():
                 compactions.append(compact_partition(stream.table_uri, "date", day))
-            time.sleep(0.3)
+            return True if not producer.is_alive() and len(compactions) >= 3 else None
+
+        poll_until(
+            compacted_while_producing,
+            timeout_s=300,  # the producer's 3,000 events take 7.5 s
+            interval_s=0.3,
+            timeout_error=lambda _: AssertionError(
+                f"{len(compactions)} compactions in 300 s, producer alive: "
+                f"{producer.is_alive()}; the stream wrote no table or stopped"
+            ),
+        )
         report = producer.join()
         wait_for_rows(stream.table_uri, report.good)
     keys = read_delta(stream.table_uri).column("call_sid").to_pylist()
@@ -113,13 +128,10 @@ def test_vacuum_removes_orphans_and_compacted_away_files_only_past_retention(
     assert default.removed_files == 1 and not orphan.exists()
     assert read_delta(stream.table_uri).num_rows == report.good
 
-    now = vacuum_table(stream.table_uri, retention_hours=0)  # compacted-away files go too
-    assert now.removed_files == compacted.before.files
-    live = {Path(u).name for u in DeltaTable(stream.table_uri).file_uris()}
-    on_disk = {
-        p.name for p in Path(stream.table_uri).rglob("*.parquet") if "_delta_log" not in p.parts
-    }
-    assert on_disk == live
+    with pytest.raises(ConfigError, match="shorter than TIDELAKE_DELTA_LOG_RETENTION"):
+        vacuum_table(stream.table_uri, retention_hours=0)  # would delete files in flight
+    before = DeltaTable(stream.table_uri, version=compacted.table_version - 1)
+    assert before.to_pyarrow_table().num_rows == report.good  # compacted-away files kept
     assert pc.count_distinct(read_delta(stream.table_uri)["call_sid"]).as_py() == report.good
 
 
@@ -136,8 +148,20 @@ def test_expiring_old_dates_racing_stream_appends_keeps_every_newer_row(
     with running_stream(spark, flow, small_batches, kafka_conf) as stream:
         planned = DeltaTable(stream.table_uri)  # the snapshot a slow expiry would have read
         producer.start()
-        while DeltaTable(stream.table_uri).version() < planned.version() + 3:
-            time.sleep(0.2)
+
+        def three_batches_later() -> int | None:
+            version = DeltaTable(stream.table_uri).version()
+            return version if version >= planned.version() + 3 else None
+
+        poll_until(
+            three_batches_later,
+            timeout_s=300,
+            interval_s=0.2,
+            timeout_error=lambda _: AssertionError(
+                f"the stream did not commit 3 batches after version {planned.version()} in "
+                "300 s: it stopped or reads nothing"
+            ),
+        )
         metrics = planned.delete(f"date < '{kept}'")  # what expire_dates commits, but stale
         again = expire_dates(stream.table_uri, "date", date.fromisoformat(kept))
         live = producer.join()

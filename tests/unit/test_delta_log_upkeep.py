@@ -14,16 +14,19 @@ import pytest
 from deltalake import write_deltalake
 from stream_batches import SCHEMA, batch_rows, commit_batch
 
+from tidelake.streaming import settings
 from tidelake.streaming.delta import commit
 from tidelake.streaming.delta.commit import (
     batch_recorded,
     ensure_table,
     table_transaction,
 )
-from tidelake.streaming.delta.maintenance import upkeep_log
+from tidelake.streaming.delta.log_append import entry_uri
+from tidelake.streaming.delta.maintenance import upkeep_log, vacuum_table
 from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.errors import ConfigError
 from tidelake.streaming.settings import load_engine_settings
+from tidelake.streaming.storage.conditional_put import LEFTOVER_AFTER_S
 
 RETENTION = "delta.logRetentionDuration"
 
@@ -87,8 +90,6 @@ def test_stream_commits_leave_expired_entries_and_the_upkeep_cuts_them(
 def test_the_stream_checkpoints_its_table_every_interval(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tidelake.streaming.settings as settings
-
     for module in (commit, settings):
         monkeypatch.setattr(module, "DELTA_CHECKPOINT_INTERVAL", 3)
     uri = str(tmp_path / "events")
@@ -109,22 +110,6 @@ def test_a_replayed_batch_is_skipped_on_the_kept_open_table(tmp_path: Path) -> N
     assert batch_recorded(uri, "app", 2) and not batch_recorded(uri, "app", 3)
     commit_batch(uri, 2)  # Spark replays a batch: recorded already, nothing committed
     assert sorted(open_table(uri).to_pyarrow_table()["n"].to_pylist()) == [1, 2]
-
-
-def test_the_batch_check_reads_the_kept_open_snapshot_without_listing_the_log(
-    tmp_path: Path,
-) -> None:
-    """Another writer's commit (here compaction's stand-in, an append of its own) is not seen by
-    the check until this process commits again: the check costs no listing of `_delta_log`."""
-    uri = str(tmp_path / "events")
-    commit_batch(uri, 1)
-    write_deltalake(uri, batch_rows(100), mode="append")
-    assert commit._open_tables[uri].version == 1
-    assert not batch_recorded(uri, "app", 2)
-    assert commit._open_tables[uri].version == 1
-    commit_batch(uri, 2)
-    assert commit._open_tables[uri].version == 3
-    assert sorted(open_table(uri).to_pyarrow_table()["n"].to_pylist()) == [1, 2, 100]
 
 
 def test_a_query_that_starts_commits_to_a_table_restored_from_an_older_copy(
@@ -166,3 +151,64 @@ def test_the_retention_becomes_delta_s_interval() -> None:
         "delta.deletedFileRetentionDuration": "interval 2 days",
         "delta.checkpointInterval": "100",
     }
+
+
+def test_a_log_retention_the_kept_open_snapshot_could_outlive_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stream appends after a snapshot up to REREAD_AFTER_S old, which only a log that
+    still holds every version since can refuse at a taken number: were that age ever raised to
+    the shortest retention allowed, the settings refuse to load, naming the setting."""
+    shortest = load_engine_settings(delta_log_retention="1 hour").delta_log_retention_seconds()
+    assert shortest > settings.REREAD_AFTER_S
+    monkeypatch.setattr(settings, "REREAD_AFTER_S", 2 * 3600.0)
+    with pytest.raises(
+        ConfigError, match=r"TIDELAKE_DELTA_LOG_RETENTION: longer than 7200 s, the age at which"
+    ):
+        load_engine_settings(delta_log_retention="1 hour")
+    load_engine_settings(delta_log_retention="3 hours")
+
+
+def test_a_vacuum_shorter_than_the_log_retention_is_refused_naming_the_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full vacuum deletes every file the log does not name that is older than its retention:
+    a file a stream has written and not committed yet among them. The floor is the log
+    retention, as delta-spark's is the table's deletedFileRetentionDuration."""
+    monkeypatch.setenv("TIDELAKE_DELTA_LOG_RETENTION", "2 hours")
+    uri = str(tmp_path / "events")
+    commit_batch(uri, 1)
+    in_flight = Path(uri, "date=2026-11-26", "part-written-not-committed.parquet")
+    in_flight.write_bytes(b"PAR1 a batch's file before its commit")
+    an_hour_ago = time.time() - 3600
+    os.utime(in_flight, (an_hour_ago, an_hour_ago))
+    with pytest.raises(
+        ConfigError,
+        match=r"^a vacuum retention of 1 hours is shorter than TIDELAKE_DELTA_LOG_RETENTION=2 h",
+    ):
+        vacuum_table(uri, retention_hours=1)
+    assert in_flight.exists()
+    assert vacuum_table(uri, retention_hours=2).removed_files == 0
+    commit_batch(uri, 2)
+    assert sorted(open_table(uri).to_pyarrow_table()["n"].to_pylist()) == [1, 2]
+
+
+def test_the_upkeep_deletes_what_a_writer_that_died_before_linking_left(tmp_path: Path) -> None:
+    """A put writes its entry to a temporary file, then links it as the version: a process
+    killed in between leaves the file. The upkeep deletes such files once older than any live
+    put's; a fresh one (a writer about to link it) stays."""
+    uri = str(tmp_path / "events")
+    commit_batch(uri, 1)
+    left = Path(entry_uri(uri, 2)).with_name(f"_{2:020d}.json.{'a' * 32}.tmp")
+    live = Path(entry_uri(uri, 2)).with_name(f"_{2:020d}.json.{'b' * 32}.tmp")
+    for temporary in (left, live):
+        temporary.write_bytes(b'{"commitInfo":{}}\n')
+    long_ago = time.time() - LEFTOVER_AFTER_S - 60
+    os.utime(left, (long_ago, long_ago))
+
+    result = upkeep_log(uri)
+
+    assert result.leftovers_removed == (left.name,)
+    assert not left.exists() and live.exists()
+    commit_batch(uri, 2)
+    assert sorted(open_table(uri).to_pyarrow_table()["n"].to_pylist()) == [1, 2]
