@@ -10,6 +10,8 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from confluent_kafka import Producer
 from lake_readers import duckdb_query, read_delta
@@ -18,14 +20,18 @@ from pyspark.sql import functions as F
 
 from tidelake.assets.quality.expectations import validate_partition
 from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.protos.call_pb2 import CallEvent
+from tidelake.streaming.batch.backfill import backfill_dates
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.calls.demo_events import call_event
+from tidelake.streaming.flow.engine_columns import INGEST_TIME_COLUMN
 from tidelake.streaming.flow.spec import FlowSpecError
 from tidelake.streaming.kafka.admin import quiet_client_config
 from tidelake.streaming.kafka.read import stream_records
 from tidelake.streaming.records.decode import decode_records
 from tidelake.streaming.records.dedup import (
     EARLIER_DEDUP_OPERATOR,
+    drop_repeats_in_batch,
     remembered_by_earlier_operator,
 )
 from tidelake.streaming.schemas.writer_schemas import WriterSchemas
@@ -252,8 +258,8 @@ def test_a_repeat_within_the_lateness_is_dropped_and_one_beyond_it_kept_across_a
     now_ms = int(time.time() * 1000)
     lateness_ms = int(flow.allowed_lateness.total_seconds() * 1000)
     soon = call_event(rng, now_ms - 60_000)
-    # stamped more than the lateness ago, so its arrival is its ingest time less the lateness;
-    # its event time less than the lateness ago, so its date is open even for its repeat
+    # stamped more than the lateness ago; its event time less than the lateness ago, so its date
+    # is open even for its repeat
     old_stamp_ms = now_ms - lateness_ms - 30 * 60_000
     old = call_event(rng, old_stamp_ms + 50 * 60_000)
     _send(kafka_conf, flow.topic, [(soon, now_ms - 60_000), (old, old_stamp_ms)])
@@ -271,3 +277,66 @@ def test_a_repeat_within_the_lateness_is_dropped_and_one_beyond_it_kept_across_a
     run_available_now(spark, flow, engine_settings, kafka_conf)
     rows = read_delta(stream.table_uri).column("call_sid").to_pylist()
     assert sorted(rows) == sorted([soon.call_sid, old.call_sid, old.call_sid])
+
+
+def test_a_backfill_of_a_day_the_stream_caught_up_on_keeps_the_streams_rows(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
+) -> None:
+    """Yesterday's records, read by the stream hours after they arrived, then backfilled: both
+    judge repeats by the records' Kafka timestamps, so the day's rows are the same."""
+    rng = random.Random(21)
+    day = datetime.now(UTC).date() - timedelta(days=1)
+    day_start_ms = int(datetime.combine(day, datetime.min.time(), UTC).timestamp() * 1000)
+    lateness_ms = int(flow.allowed_lateness.total_seconds() * 1000)
+    sends: list[tuple[Any, int]] = []
+    kept: list[str] = []
+    for i in range(40):
+        event = call_event(rng, day_start_ms + 3_600_000 + i * 360_000)
+        sends.append((event, event.event_time + 1_000))
+        kept.append(event.call_sid)
+        if i % 4 == 1:  # a producer's retry, seconds later: a repeat
+            sends.append((event, event.event_time + 6_000))
+        if i % 4 == 2:  # a retry just within the lateness: a repeat
+            sends.append((event, event.event_time + 1_000 + lateness_ms))
+        if i % 4 == 3:  # the key again, more than the lateness later: kept
+            again = CallEvent()
+            again.CopyFrom(event)
+            again.event_time = event.event_time + lateness_ms + 60_000
+            sends.append((again, again.event_time + 1_000))
+            kept.append(event.call_sid)
+    _send(kafka_conf, flow.topic, sorted(sends, key=lambda send: send[1]))
+    settings = engine_settings.model_copy(update={"max_offsets_per_trigger": 15})
+    stream = run_available_now(spark, flow, settings, kafka_conf)
+    streamed = _day_rows(stream.table_uri, day)
+    assert sorted(streamed.column("call_sid").to_pylist()) == sorted(kept)
+
+    result = backfill_dates(spark, flow, [day.isoformat()], engine_settings, kafka_conf)
+    assert result.rows_by_date == {day.isoformat(): len(kept)}
+    assert _day_rows(stream.table_uri, day).equals(streamed)
+
+
+def _day_rows(uri: str, day: date) -> pa.Table:
+    """A date's rows in Kafka order, all columns but the ingest time (when each run read them)."""
+    table = read_delta(uri)
+    table = table.filter(pc.equal(table["date"], day)).drop_columns([INGEST_TIME_COLUMN])
+    return table.sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
+
+
+def test_deduplication_leaves_the_sessions_settings_as_they_were(spark: Any, flow: Any) -> None:
+    """Steps of a run share the session: dropping repeats must not change its settings."""
+    at = datetime(2026, 11, 23, 9, tzinfo=UTC)
+    rows = spark.createDataFrame(
+        [
+            ("CA1", None, flow.topic, 0, 10, at, at),
+            ("CA1", None, flow.topic, 0, 11, at + timedelta(seconds=5), at),
+            ("CA2", None, flow.topic, 1, 3, at, at),
+        ],
+        "call_sid string, _error string, kafka_topic string, kafka_partition int, "
+        "kafka_offset long, kafka_timestamp timestamp, ingest_time timestamp",
+    )
+    before = dict(spark.conf.getAll)
+
+    kept = drop_repeats_in_batch(rows, flow).collect()
+
+    assert sorted((r.call_sid, r.kafka_offset) for r in kept) == [("CA1", 10), ("CA2", 3)]
+    assert dict(spark.conf.getAll) == before

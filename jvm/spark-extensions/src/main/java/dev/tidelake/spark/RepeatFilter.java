@@ -23,30 +23,32 @@ import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
 import org.apache.spark.sql.streaming.ValueState;
 import org.apache.spark.sql.types.StructType;
+import scala.Option;
 import scala.collection.Iterator;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * Drops repeats of a key: a record is kept unless the key's previous record (in Kafka partition
- * and offset order) arrived at most the allowed lateness before it. The rule is the caller's
- * (streaming/records/dedup.py); this is its one implementation, for streams and bounded reads.
+ * Drops repeats of a key: a record is kept unless the key's previous record (in arrival order,
+ * then Kafka partition and offset) arrived at most the allowed lateness before it. The rule is the
+ * caller's (streaming/records/dedup.py); this is its one implementation, for streams and bounded
+ * reads.
  *
  * <p>A bounded read hands each key's records over at once and keeps no state. On a stream, a
  * key's state is its previous record's arrival, kept with Spark's state TTL for {@link
- * #keyLifetime}, after which no record could still be its repeat. Spark finds expired keys by a
- * range scan over its TTL index, so a micro-batch's cost follows the keys that arrive and expire,
- * not the keys held (Spark's {@code dropDuplicatesWithinWatermark}, used before, walked every key
- * held at the end of every micro-batch).
+ * #keyLifetime}. Spark finds expired keys by a range scan over its TTL index, so a micro-batch's
+ * cost follows the keys that arrive and expire, not the keys held (Spark's {@code
+ * dropDuplicatesWithinWatermark}, used before, walked every key held at the end of every
+ * micro-batch).
  */
 public final class RepeatFilter {
   private RepeatFilter() {}
 
   /**
    * The rows of {@code rows} that the rule keeps, with the same columns. {@code arrival} is a
-   * timestamp column (on streams, never earlier than the ingest time less the lateness: see
-   * keyLifetime); {@code partition} and {@code offset} order a
-   * key's records. {@code remembered}, if not null, seeds a new stream's state: rows of (key,
-   * previous arrival in microseconds), e.g. what an earlier operator's checkpoint held.
+   * timestamp column that orders a key's records, {@code partition} and {@code offset} order those
+   * that arrived at the same time. {@code remembered}, if not null, seeds a new stream's state:
+   * rows of (key, previous arrival in microseconds), e.g. what an earlier operator's checkpoint
+   * held. The session's state store coordinator must be running (dedup.py starts it).
    */
   public static Dataset<Row> keepFirstOfRepeats(
       Dataset<Row> rows,
@@ -63,9 +65,6 @@ public final class RepeatFilter {
             schema.fieldIndex(arrival),
             schema.fieldIndex(partition),
             schema.fieldIndex(offset));
-    // a bounded read runs the operator on a state store too, whose coordinator the session's
-    // streaming query manager starts: a session that never streamed has none yet
-    rows.sparkSession().streams();
     // grouped by the column, not by a function of the row: a function would decode every row
     // into a Row once more only to read its key
     Encoder<Row> asRows = javaTimeRowEncoder(rows.sparkSession(), schema);
@@ -87,16 +86,23 @@ public final class RepeatFilter {
   /**
    * A Row encoder with java.time values (Instant, LocalDate): java.sql.Timestamp and Date would
    * rebase every timestamp and date of every row through the JVM's time zone, twice. Spark picks
-   * the types from a session setting when the encoder is made, so it is set for that moment only.
+   * the types from the active session's settings when the encoder is made, so it is made with a
+   * new session of this thread's own (same SparkContext, its own settings) active: the caller's
+   * session, which a run's steps share, is never changed, not even for that moment.
    */
   static Encoder<Row> javaTimeRowEncoder(SparkSession spark, StructType schema) {
-    String java8 = "spark.sql.datetime.java8API.enabled";
-    String was = spark.conf().get(java8);
-    spark.conf().set(java8, "true");
+    SparkSession javaTime = spark.newSession();
+    javaTime.conf().set("spark.sql.datetime.java8API.enabled", "true");
+    Option<SparkSession> active = SparkSession.getActiveSession();
+    SparkSession.setActiveSession(javaTime);
     try {
       return Encoders.row(schema);
     } finally {
-      spark.conf().set(java8, was);
+      if (active.isDefined()) {
+        SparkSession.setActiveSession(active.get());
+      } else {
+        SparkSession.clearActiveSession();
+      }
     }
   }
 
@@ -106,8 +112,10 @@ public final class RepeatFilter {
       return micros(row.get(arrival));
     }
 
-    Comparator<Row> readOrder() {
-      return Comparator.<Row>comparingLong(r -> ((Number) r.get(partition)).longValue())
+    /** By arrival, then by Kafka position: one order whatever partitions a key was sent to. */
+    Comparator<Row> arrivalOrder() {
+      return Comparator.<Row>comparingLong(this::arrivalMicros)
+          .thenComparingLong(r -> ((Number) r.get(partition)).longValue())
           .thenComparingLong(r -> ((Number) r.get(offset)).longValue());
     }
   }
@@ -130,11 +138,11 @@ public final class RepeatFilter {
   /**
    * How long a stream keeps a key after its last record, in processing time (Spark's state TTL,
    * counted from the start of the micro-batch that wrote it): twice the lateness plus a margin,
-   * half the lateness and at least 10 minutes. A record still to come arrives no earlier than its
-   * ingest time less the lateness, and is read after its micro-batch started; the key's last
-   * record arrived no later than it was read, within its micro-batch. So once the key expires, a
-   * record still to come arrives more than the lateness after the key's last one (the rule keeps
-   * it anyway), unless that last record was read more than the margin after its micro-batch began.
+   * half the lateness and at least 10 minutes. A repeat arrives at most the lateness after the
+   * key's previous record, and a stream reads both within its lag of their arrival; so the key is
+   * still held when its repeat is read unless the stream's lag grew by more than the lateness and
+   * the margin in between (a stream stopped that long between a record and its repeat keeps the
+   * repeat, which a bounded read of the same records drops).
    */
   static Duration keyLifetime(long latenessMicros) {
     Duration lateness = Duration.ofNanos(Math.multiplyExact(latenessMicros, 1_000L));
@@ -147,12 +155,12 @@ public final class RepeatFilter {
 
   private static final Duration MIN_MARGIN = Duration.ofMinutes(10);
 
-  /** The rule on one key's records: those kept, in read order, and the last arrival seen. */
+  /** The rule on one key's records: those kept, in arrival order, and the last arrival seen. */
   record Verdict(List<Row> kept, long lastArrivalMicros) {}
 
   static Verdict apply(
       Long previousMicros, List<Row> records, Columns columns, long latenessMicros) {
-    records.sort(columns.readOrder());
+    records.sort(columns.arrivalOrder());
     List<Row> kept = new ArrayList<>(1);
     Long previous = previousMicros;
     for (Row row : records) {

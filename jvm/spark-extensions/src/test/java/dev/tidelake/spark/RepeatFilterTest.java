@@ -33,7 +33,7 @@ class RepeatFilterTest {
   void theFirstRecordIsKeptAndRepeatsWithinTheLatenessOfThePreviousAreDropped() {
     List<Row> records =
         List.of(
-            record(T0_US + 5_000_000L, 0, 11), // a retry 5 s later, read in another order
+            record(T0_US + 5_000_000L, 0, 11), // a retry 5 s later, handed over first
             record(T0_US, 0, 10),
             record(T0_US + 2 * HOUR_US + 5_000_000L, 0, 12), // exactly the lateness after 11
             record(T0_US + 4 * HOUR_US + 5_000_001L, 0, 13)); // just over it after 12
@@ -52,14 +52,33 @@ class RepeatFilterTest {
   }
 
   @Test
-  void theVerdictCarriesTheLastRecordsArrivalInReadOrder() {
+  void theVerdictCarriesTheLastRecordsArrivalInArrivalOrder() {
     RepeatFilter.Verdict verdict =
         RepeatFilter.apply(
             null,
             new ArrayList<>(List.of(record(T0_US + 9, 1, 7), record(T0_US + 3, 1, 8))),
             COLUMNS,
             HOUR_US);
-    assertEquals(T0_US + 3, verdict.lastArrivalMicros());
+    assertEquals(T0_US + 9, verdict.lastArrivalMicros());
+  }
+
+  @Test
+  void theFirstArrivalIsKeptWhateverPartitionsTheKeyWasSentTo() {
+    // after add-partitions the key's retry lands in partition 0, its original in partition 5
+    List<Row> records = List.of(record(T0_US + 5_000_000L, 0, 11), record(T0_US, 5, 2));
+    RepeatFilter.Verdict verdict =
+        RepeatFilter.apply(null, new ArrayList<>(records), COLUMNS, 2 * HOUR_US);
+    assertEquals(
+        List.of(List.of(5, 2L)),
+        verdict.kept().stream().map(r -> List.of(r.get(2), r.get(3))).toList());
+  }
+
+  @Test
+  void recordsArrivingAtTheSameTimeAreOrderedByPartitionAndOffset() {
+    List<Row> records = List.of(record(T0_US, 3, 1), record(T0_US, 1, 9), record(T0_US, 1, 4));
+    RepeatFilter.Verdict verdict =
+        RepeatFilter.apply(null, new ArrayList<>(records), COLUMNS, 2 * HOUR_US);
+    assertEquals(List.of(4L), verdict.kept().stream().map(r -> r.getLong(3)).toList());
   }
 
   @Test
