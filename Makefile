@@ -126,7 +126,7 @@ bench-open-date: $(STAMP)
 	cd bench && ../$(BIN)/python open_date_files.py --out ../bench-results/open-date.json $(OPEN_DATE_ARGS)
 
 bench-dagster-history: test-packages
-	cd bench && ../$(BIN)/python dagster_history.py --out ../bench-results/dagster-history.json
+	cd bench && ../$(BIN)/python -m dagster_history --out ../bench-results/dagster-history.json
 
 # the tests marked faults (pytest leaves them out unless -m faults): each prints its recovery
 bench-faults: test-packages

@@ -24,34 +24,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import dagster as dg
-import sqlalchemy as sa
-from dagster._core.events import DagsterEventType
-from dagster._core.storage.dagster_run import FINISHED_STATUSES, NOT_FINISHED_STATUSES
-from dagster._core.storage.event_log.schema import (
-    AssetCheckExecutionsTable,
-    AssetEventTagsTable,
-    AssetKeyTable,
-    SqlEventLogStorageTable,
-)
-from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
-from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 from pydantic import Field
 
-from tidelake.streaming.errors import ConfigError
+from tidelake.assets.history.event_log_tables import RUNLESS_RUN_ID, EventLogTables, stored_time
 from tidelake.streaming.settings import EngineSettings
 
 RETENTION_JOB = "dagster_history_retention"
-RUNLESS_SHARD = ""
-"""The run id of events recorded outside any run (the supervisor's): SQLite keeps them in a
-shard of that name, as it keeps each run's in one of its own."""
 EXPIRING_EVENTS = (
-    DagsterEventType.ASSET_OBSERVATION.value,
-    DagsterEventType.ASSET_CHECK_EVALUATION.value,
+    None,  # a log line
+    dg.DagsterEventType.ASSET_OBSERVATION.value,
+    dg.DagsterEventType.ASSET_CHECK_EVALUATION.value,
 )
-"""Besides log lines (events without a Dagster type), what expires in a run that is kept."""
-TESTED_DIALECTS = ("sqlite", "postgresql")
-COMPLETED = ("SUCCEEDED", "FAILED")
-"""asset_check_executions' statuses of an execution that ended with a verdict (not PLANNED)."""
+"""What expires in a run that is kept, and in the runless log."""
+FINISHED = (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+NOT_FINISHED = tuple(status for status in dg.DagsterRunStatus if status not in FINISHED)
 LAST_CUTOFF_KEY = "tidelake/dagster_history_purged_before"
 """The previous purge's cutoff (a Unix time), in the instance's key-value storage."""
 
@@ -68,52 +54,40 @@ class PurgedHistory:
 def purge_dagster_history(instance: dg.DagsterInstance, before: float) -> PurgedHistory:
     """Delete the history older than `before` (a Unix time) that the module's docstring names.
 
-    Works on Dagster's storage on SQLite and PostgreSQL; another refuses in one line."""
-    storage = _sql_storage(instance)
+    Refused in one line on a storage, Dagster version or schema the deletes were not tested on
+    (event_log_tables.py)."""
+    tables = EventLogTables.of(instance, RETENTION_JOB)
     cutoff = datetime.fromtimestamp(before, UTC)
     since = _previous_cutoff(instance)
-    with storage.index_connection() as conn:
-        kept = _runs_holding_kept_records(conn)
+    kept_executions = tables.kept_check_executions()
+    kept_runs = _runs_holding_kept_records(instance) | {run_id for _, run_id in kept_executions}
     # a run ended before the previous purge's cutoff was kept then, and still is (it holds a
     # materialization) or nearly so (a newest record of a long quiet asset): not asked again
     ended = instance.get_run_records(
-        dg.RunsFilter(statuses=list(FINISHED_STATUSES), updated_before=cutoff, updated_after=since)
+        dg.RunsFilter(statuses=list(FINISHED), updated_before=cutoff, updated_after=since)
     )
     deleted_runs = 0
     for record in ended:
         run_id = record.dagster_run.run_id
-        if run_id in kept or _materialized(instance, run_id):
+        if run_id in kept_runs or _materialized(instance, run_id):
             continue
+        tables.delete_run_events(run_id)
         instance.delete_run(run_id)
-        _delete_run_files(instance, storage, run_id)
+        _delete_run_files(instance, tables, run_id)
         deleted_runs += 1
-    naive_cutoff = cutoff.replace(tzinfo=None)  # how Dagster stores its timestamps
-    with storage.index_connection() as conn:
-        # on PostgreSQL every run's events are here; on SQLite the mirrored asset events
-        check_executions = _delete_expired_check_executions(conn, naive_cutoff)
-        events = _delete_expired_events(conn, naive_cutoff)  # the kept executions' events stay
-    if isinstance(storage, SqliteEventLogStorage):
-        for shard in (RUNLESS_SHARD, *_runs_with_events_to_expire(instance, cutoff, since)):
-            with storage.run_connection(shard) as conn:
-                events += _delete_expired_events(conn, naive_cutoff)
+    older = stored_time(before)
+    check_executions = tables.delete_check_executions(older, {i for i, _ in kept_executions})
+    # on PostgreSQL every run's events are in the index; on SQLite the mirrored asset events
+    events = tables.delete_expired_events(
+        tables.index, older, EXPIRING_EVENTS, tables.kept_evaluation_events()
+    )
+    if tables.run_sharded:
+        # a shard's ids are its own: the index's kept evaluations name none of them
+        for run_id in (RUNLESS_RUN_ID, *_runs_with_events_to_expire(instance, cutoff, since)):
+            shard = tables.shard(run_id)
+            events += tables.delete_expired_events(shard, older, EXPIRING_EVENTS, tags=False)
     instance.daemon_cursor_storage.set_cursor_values({LAST_CUTOFF_KEY: str(before)})
     return PurgedHistory(deleted_runs, events, check_executions)
-
-
-def _sql_storage(instance: dg.DagsterInstance) -> SqlEventLogStorage:
-    storage = instance.event_log_storage
-    dialect = None
-    if isinstance(storage, SqlEventLogStorage):
-        with storage.index_connection() as conn:
-            dialect = conn.dialect.name
-    if dialect not in TESTED_DIALECTS:
-        raise ConfigError(
-            f"{RETENTION_JOB}: Dagster's event log is {type(storage).__name__}"
-            f"{f' on {dialect}' if dialect else ''}; the history retention deletes from Dagster's "
-            "storage on SQLite or PostgreSQL only"
-        )
-    assert isinstance(storage, SqlEventLogStorage)
-    return storage
 
 
 def _previous_cutoff(instance: dg.DagsterInstance) -> datetime | None:
@@ -122,46 +96,14 @@ def _previous_cutoff(instance: dg.DagsterInstance) -> datetime | None:
     return datetime.fromtimestamp(float(previous), UTC) if previous else None
 
 
-def _runs_holding_kept_records(conn: sa.Connection) -> set[str]:
-    """Runs that hold an asset's newest observation or a kept check execution, or that an asset
-    names as its last run (asset_keys.last_run_id)."""
-    events, executions = SqlEventLogStorageTable, AssetCheckExecutionsTable
-    newest_observations = sa.select(events.c.run_id).where(
-        events.c.id.in_(_newest_observation_ids())
-    )
-    kept_executions = sa.select(executions.c.run_id).where(
-        sa.or_(
-            executions.c.id.in_(_newest_executions()),
-            executions.c.id.in_(_newest_executions(completed=True)),
-        )
-    )
-    last_runs = sa.select(AssetKeyTable.c.last_run_id)
+def _runs_holding_kept_records(instance: dg.DagsterInstance) -> set[str]:
+    """Runs that hold an asset's newest observation, or that an asset names as its last run."""
     runs: set[str] = set()
-    for query in (newest_observations, kept_executions, last_runs):
-        runs.update(run_id for (run_id,) in conn.execute(query) if run_id)
-    return runs
-
-
-def _newest_observation_ids() -> sa.ScalarSelect[int]:
-    events = SqlEventLogStorageTable
-    return (
-        sa.select(sa.func.max(events.c.id))
-        .where(events.c.dagster_event_type == DagsterEventType.ASSET_OBSERVATION.value)
-        .group_by(events.c.asset_key)
-        .scalar_subquery()
-    )
-
-
-def _newest_executions(completed: bool = False) -> sa.ScalarSelect[int]:
-    """Per check and partition, the newest execution, or with `completed` the newest that ended
-    with a verdict: what Dagster shows as the check's last result while a newer one is planned."""
-    executions = AssetCheckExecutionsTable
-    query = sa.select(sa.func.max(executions.c.id))
-    if completed:
-        query = query.where(executions.c.execution_status.in_(COMPLETED))
-    return query.group_by(
-        executions.c.asset_key, executions.c.check_name, executions.c.partition
-    ).scalar_subquery()
+    for record in instance.get_asset_records():
+        key = record.asset_entry.asset_key
+        runs.update(r.run_id for r in instance.fetch_observations(key, limit=1).records)
+        runs.add(record.asset_entry.last_run_id or RUNLESS_RUN_ID)
+    return runs - {RUNLESS_RUN_ID}
 
 
 def _runs_with_events_to_expire(
@@ -173,72 +115,34 @@ def _runs_with_events_to_expire(
     purge would open every materializing run's file ever kept, more each day."""
     if since is None:
         return list(instance.get_run_ids(dg.RunsFilter(created_before=cutoff)))
-    running = dg.RunsFilter(created_before=cutoff, statuses=list(NOT_FINISHED_STATUSES))
+    running = dg.RunsFilter(created_before=cutoff, statuses=list(NOT_FINISHED))
     updated = dg.RunsFilter(created_before=cutoff, updated_after=since)
     return sorted({*instance.get_run_ids(running), *instance.get_run_ids(updated)})
 
 
 def _materialized(instance: dg.DagsterInstance, run_id: str) -> bool:
     records = instance.get_records_for_run(
-        run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION, limit=1
+        run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=1
     ).records
     return bool(records)
 
 
-def _delete_run_files(
-    instance: dg.DagsterInstance, storage: SqlEventLogStorage, run_id: str
-) -> None:
+def _delete_run_files(instance: dg.DagsterInstance, tables: EventLogTables, run_id: str) -> None:
     """What a deleted run leaves on disk: its captured stdout and stderr (a compute log manager
     that cannot delete keeps them), and on SQLite its own file, which delete_run empties and
-    leaves behind (~100 KB a run, 24 upkeep runs a day). This process forgets it set that file
-    up, so that a later read of the run sets up an empty one instead of failing on a missing
-    table."""
+    leaves behind (~100 KB a run, 24 upkeep runs a day).
+
+    A process that opened the file remembers it set it up (SqliteEventLogStorage caches that),
+    and would find no table if it opened it again; none does: Dagster reads a run's events
+    only for a run it has a record of (the webserver answers RunNotFound first), and the record
+    went with delete_run."""
     with contextlib.suppress(NotImplementedError):
         instance.compute_log_manager.delete_logs(prefix=[run_id])
-    if isinstance(storage, SqliteEventLogStorage):
-        storage._initialized_dbs.discard(run_id)
-        path = storage.path_for_shard(run_id)
+    if tables.run_sharded:
+        path = tables.storage.path_for_shard(run_id)
         for name in (path, f"{path}-wal", f"{path}-shm"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name)
-
-
-def _delete_expired_events(conn: sa.Connection, cutoff: datetime) -> int:
-    events = SqlEventLogStorageTable
-    kept_evaluations = sa.select(AssetCheckExecutionsTable.c.evaluation_event_storage_id).where(
-        AssetCheckExecutionsTable.c.evaluation_event_storage_id.is_not(None)
-    )
-    deleted = conn.execute(
-        events.delete().where(
-            events.c.timestamp < cutoff,
-            sa.or_(
-                events.c.dagster_event_type.is_(None),
-                events.c.dagster_event_type.in_(EXPIRING_EVENTS),
-            ),
-            events.c.id.not_in(_newest_observation_ids()),
-            events.c.id.not_in(kept_evaluations.scalar_subquery()),
-        )
-    ).rowcount
-    tags = AssetEventTagsTable
-    conn.execute(
-        tags.delete().where(
-            tags.c.event_timestamp < cutoff,
-            ~sa.exists().where(events.c.id == tags.c.event_id),
-        )
-    )
-    return deleted
-
-
-def _delete_expired_check_executions(conn: sa.Connection, cutoff: datetime) -> int:
-    executions = AssetCheckExecutionsTable
-    when = sa.func.coalesce(executions.c.evaluation_event_timestamp, executions.c.create_timestamp)
-    return conn.execute(
-        executions.delete().where(
-            when < cutoff,
-            executions.c.id.not_in(_newest_executions()),
-            executions.c.id.not_in(_newest_executions(completed=True)),
-        )
-    ).rowcount
 
 
 class HistoryRetention(dg.Config):

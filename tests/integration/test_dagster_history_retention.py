@@ -9,15 +9,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
-from dagster._core.events.log import EventLogEntry
-from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+import pytest
+import sqlalchemy as sa
 
+from tidelake.assets.history.event_log_tables import BATCH_ROWS, RUNLESS_RUN_ID, TESTED_DAGSTER
 from tidelake.assets.history.retention import (
     RETENTION_JOB,
     _previous_cutoff,
     _runs_with_events_to_expire,
     purge_dagster_history,
 )
+from tidelake.streaming.errors import SetupError
 
 TABLE = dg.AssetKey(["lake", "events"])
 ALIVE = dg.AssetCheckKey(TABLE, "stream_alive")
@@ -61,14 +63,16 @@ def _live_run(instance: dg.DagsterInstance) -> str:
     return run.run_id
 
 
-def _progress_line(instance: dg.DagsterInstance, run_id: str, line: str) -> None:
+def _progress_line(
+    instance: dg.DagsterInstance, run_id: str, line: str, at: float | None = None
+) -> None:
     instance.store_event(
-        EventLogEntry(
+        dg.EventLogEntry(
             error_info=None,
             level="INFO",
             user_message=line,
             run_id=run_id,
-            timestamp=time.time(),
+            timestamp=time.time() if at is None else at,
             job_name=upkeep.name,
         )
     )
@@ -106,7 +110,7 @@ def test_what_expired_goes_and_what_defines_the_partitions_stays(make_instance: 
         assert _evaluations(instance) == 1
         assert purged.runs == 1 and purged.events > 0 and purged.check_executions == 3
         storage = instance.event_log_storage
-        if isinstance(storage, SqliteEventLogStorage):  # the run's own file goes with it
+        if storage.is_run_sharded:  # SQLite: the run's own file goes with it
             assert not os.path.exists(storage.path_for_shard(runs["upkeep"]))
         else:
             assert instance.all_logs(runs["upkeep"]) == []
@@ -233,3 +237,73 @@ def test_a_check_planned_in_a_failed_run_keeps_the_last_completed_result(
         completed = summary.last_completed_check_execution_record
         assert completed is not None and completed.status.value == "SUCCEEDED"
         assert instance.get_run_by_id(failed.run_id) is not None
+
+
+def test_a_dagster_or_schema_it_was_not_tested_with_is_refused_untouched(
+    make_instance: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deletes name Dagster's tables: another Dagster version, or the event log at another
+    alembic revision, is refused in one line naming both, before anything is deleted."""
+    with make_instance() as instance:
+        _history(instance)
+        with monkeypatch.context() as patched:
+            patched.setattr(dg, "__version__", "1.14.0")
+            with pytest.raises(SetupError, match=f"tested on Dagster {TESTED_DAGSTER} .*1.14.0"):
+                purge_dagster_history(instance, before=time.time() + 1)
+        with instance.event_log_storage.index_connection() as conn:  # a later schema
+            conn.execute(sa.text("update alembic_version set version_num = 'f00dfeed1234'"))
+        with pytest.raises(SetupError, match="at revision f00dfeed1234") as refused:
+            purge_dagster_history(instance, before=time.time() + 1)
+        assert "\n" not in str(refused.value)
+        assert len(_observations(instance)) == 4 and _evaluations(instance) == 4
+        assert len(instance.get_runs()) == 2
+
+
+def test_deletes_go_in_bounded_batches(make_instance: Any) -> None:
+    """More expired rows than one batch: every DELETE statement removes at most BATCH_ROWS rows
+    (one short lock each), and together they remove them all."""
+    deleted_per_statement: list[int] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("DELETE"):
+            deleted_per_statement.append(cursor.rowcount)
+
+    with make_instance() as instance:
+        live = instance.create_run_for_job(job_def=upkeep).run_id
+        cutoff = time.time() + 60  # after the run's creation, as any event older than it
+        for n in range(BATCH_ROWS + 300):
+            _progress_line(instance, live, f"batch {n}", at=cutoff - 30)
+        _progress_line(instance, live, "the newest batch", at=cutoff + 30)
+        sa.event.listen(sa.engine.Engine, "after_cursor_execute", count)
+        try:
+            purged = purge_dagster_history(instance, before=cutoff)
+        finally:
+            sa.event.remove(sa.engine.Engine, "after_cursor_execute", count)
+        assert purged.events == BATCH_ROWS + 300
+        assert _log_lines(instance, live) == ["the newest batch"]
+        assert max(deleted_per_statement) <= BATCH_ROWS
+
+
+def test_the_cutoff_is_read_as_dagster_stores_its_times(
+    make_instance: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dagster stores UTC wall times without a zone: a process in another zone purges exactly
+    what is older than the cutoff; and runless events have the run id the purge looks for."""
+    monkeypatch.setenv("TZ", "Asia/Kolkata")  # +05:30: local wall times would move 5.5 h
+    time.tzset()
+    try:
+        with make_instance() as instance:
+            live = instance.create_run_for_job(job_def=upkeep).run_id
+            cutoff = time.time() + 60  # after the run's creation, as any event older than it
+            _progress_line(instance, live, "a minute older", at=cutoff - 60)
+            _progress_line(instance, live, "a minute younger", at=cutoff + 60)
+            instance.report_runless_asset_event(dg.AssetObservation(TABLE, metadata={"n": 1}))
+
+            purge_dagster_history(instance, before=cutoff)
+
+            assert _log_lines(instance, live) == ["a minute younger"]
+            runless = instance.fetch_observations(TABLE, limit=1).records[0]
+            assert runless.run_id == RUNLESS_RUN_ID
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
