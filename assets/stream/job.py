@@ -3,9 +3,11 @@ the run's log and observations of the table asset."""
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from tidelake.assets.stream import health
@@ -14,9 +16,16 @@ from tidelake.assets.tables.keys import table_key, topic_key
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.offsets import KafkaSourceError, from_json_offsets
 from tidelake.streaming.schemas.writer_schemas import WriterSchemas
-from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.settings import DELTA_CHECKPOINT_INTERVAL, EngineSettings
+from tidelake.streaming.stream.progress_log import BatchTimes
 from tidelake.streaming.stream.query import FlowStream, stream_name
-from tidelake.streaming.stream.status import kafka_ends, stream_lag
+from tidelake.streaming.stream.status import (
+    folder_bytes,
+    kafka_ends,
+    log_since_checkpoint,
+    state_size,
+    stream_lag,
+)
 
 
 def flow_stream(flow: FlowSpec) -> AlwaysOn[FlowStream]:
@@ -36,7 +45,11 @@ def flow_stream(flow: FlowSpec) -> AlwaysOn[FlowStream]:
         make_query=lambda settings, conf: FlowStream(flow, settings, conf),
         started=started,
         make_reporter=lambda context, stream, conf: ProgressReporter(
-            context, flow, conf, stream.schemas
+            context,
+            flow,
+            conf,
+            stream.schemas,
+            StreamPlaces(stream.table_uri, stream.checkpoint, stream.batch_times),
         ),
     )
 
@@ -69,11 +82,28 @@ def build_stream_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefiniti
     return build_always_on_job(flow_stream(flow), settings)
 
 
+MIN_BATCHES_TO_RETAIN = "spark.sql.streaming.minBatchesToRetain"
+
+
+@dataclass(frozen=True)
+class StreamPlaces:
+    """Where a stream's age shows: its table, its checkpoint and its writer's own timings."""
+
+    table_uri: str
+    checkpoint: str
+    batch_times: BatchTimes
+
+
 class ProgressReporter:
     """Logs the query's progress at every report (the run's heartbeat: always_on's
     STALE_RUN_AFTER_S), records it as an observation of the table asset at most every
     HEALTH_HEARTBEAT_S (Dagster keeps every observation for good), and the writer schemas the
-    stream has read as an observation of the topic asset when they change."""
+    stream has read as an observation of the topic asset when they change.
+
+    The observation also carries what grows with the stream's age, each beside the bound the
+    settings give it (docs/running.md, "A stream's age"): its deduplication state, its commit
+    time, its table's log entries since the last checkpoint and its checkpoint folder's size.
+    The last two are read from storage, so only when an observation is due."""
 
     def __init__(
         self,
@@ -81,6 +111,7 @@ class ProgressReporter:
         flow: FlowSpec,
         kafka_conf: dict[str, str],
         schemas: WriterSchemas,
+        places: StreamPlaces | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self._clock = clock
@@ -88,6 +119,7 @@ class ProgressReporter:
         self._flow = flow
         self._kafka_conf = kafka_conf
         self._schemas = schemas
+        self._places = places
         self._reported_schemas: dict[int, str] = {}
         self._observed_at: float | None = None
 
@@ -119,9 +151,59 @@ class ProgressReporter:
         if self._observed_at is None or now - self._observed_at >= health.HEALTH_HEARTBEAT_S:
             self._observed_at = now
             self._context.log_event(
-                dg.AssetObservation(asset_key=table_key(self._flow), metadata=metadata)
+                dg.AssetObservation(
+                    asset_key=table_key(self._flow),
+                    description=self._age_bounds(),
+                    metadata={**metadata, **self._age(progress)},
+                )
             )
         self._report_schemas()
+
+    def _age(self, progress: dict[str, Any]) -> dict[str, Any]:
+        """The figures that grow with the stream's age, as numbers the UI plots."""
+        figures: dict[str, Any] = {}
+        state = state_size(progress)
+        if state is not None:
+            if state.keys is not None:
+                figures["state_keys"] = dg.MetadataValue.int(state.keys)
+            figures["state_keys_written"] = dg.MetadataValue.int(state.keys_written)
+            figures["state_keys_expired"] = dg.MetadataValue.int(state.keys_expired)
+            figures["state_memory_bytes"] = dg.MetadataValue.int(state.memory_bytes)
+            figures["state_disk_bytes"] = dg.MetadataValue.int(state.disk_bytes)
+        if self._places is None:  # a reporter of Spark's progress alone
+            return figures
+        times = self._places.batch_times(int(progress["batchId"])) or {}
+        if "commit_ms" in times:
+            figures["commit_ms"] = dg.MetadataValue.float(round(times["commit_ms"], 1))
+        try:
+            log = log_since_checkpoint(self._places.table_uri)
+            checkpoint_bytes = folder_bytes(self._places.checkpoint)
+        except OSError as exc:
+            self._context.log.warning(f"the stream's table log or checkpoint unreadable: {exc}")
+            return figures
+        if log is not None:
+            figures["log_entries_since_checkpoint"] = dg.MetadataValue.int(log.entries)
+        figures["log_entries_since_checkpoint_bound"] = dg.MetadataValue.int(
+            DELTA_CHECKPOINT_INTERVAL
+        )
+        figures["checkpoint_bytes"] = dg.MetadataValue.int(checkpoint_bytes)
+        retained = SparkSession.active().conf.get(MIN_BATCHES_TO_RETAIN)  # the query's own
+        if retained is not None:
+            figures["checkpoint_batches_retained"] = dg.MetadataValue.int(int(retained))
+        return figures
+
+    def _age_bounds(self) -> str:
+        """The bounds of the age figures, in words (docs/running.md, "A stream's age")."""
+        return (
+            "Bounds: state keys at most the keys arriving within the deduplication's key "
+            f"lifetime (2 x the allowed lateness {self._flow.allowed_lateness} plus half of it, "
+            "at least 10 minutes), the state's bytes their size; log entries since the table's "
+            f"checkpoint at most delta.checkpointInterval ({DELTA_CHECKPOINT_INTERVAL}); the "
+            f"checkpoint folder the last {MIN_BATCHES_TO_RETAIN} batches' offsets, commits and "
+            "state versions; the commit time independent of the log's length (every "
+            "delta.checkpointInterval versions it writes a checkpoint, which follows the "
+            "table's live files)."
+        )
 
     def _report_schemas(self) -> None:
         """An observation of the topic each time the stream has met a new writer schema."""

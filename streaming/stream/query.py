@@ -251,12 +251,13 @@ class FlowStream:
         query = writer.trigger(**trigger).start()
         if self.settings.progress_log is not None:
             self._progress_log = self._progress_log or ProgressLog(
-                self.settings.progress_log, self.query_name, self._batch_times
+                self.settings.progress_log, self.query_name, self.batch_times
             )
             self._progress_log.follow(query)
         return query
 
-    def _batch_times(self, batch_id: int) -> Mapping[str, float] | None:
+    def batch_times(self, batch_id: int) -> Mapping[str, float] | None:
+        """The writer's own timings of a recent batch (progress_log.BatchTimes)."""
         return self._times.get(batch_id)
 
 

@@ -1,5 +1,6 @@
 """Where a stream stands, read from outside the stream: its checkpoint, Kafka's ends, its table,
-the dates it has closed.
+the dates it has closed, and what grows with its age (its state, its table's log since the last
+checkpoint, its checkpoint folder).
 
 Supervisors and health checks use these without Spark: the checkpoint is a folder of small JSON
 files, Kafka's ends come from one bounded probe, and the table's progress from the Delta log's
@@ -12,12 +13,15 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
+from tidelake.streaming.delta.log_append import entry_uri
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.offsets import PartitionEnds, from_json_offsets
-from tidelake.streaming.storage.location import Location
+from tidelake.streaming.storage.location import Location, filesystem
 
 
 @dataclass(frozen=True)
@@ -156,3 +160,93 @@ def closed_dates(
         return out
     finally:
         probe.close()
+
+
+@dataclass(frozen=True)
+class StateSize:
+    """A micro-batch's deduplication state, from Spark's progress (`stateOperators`), summed over
+    the stateful operators."""
+
+    keys: int | None
+    """Keys held (numRowsTotal); None when Spark does not count them: tidelake's session turns
+    `spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows` off (the count made every
+    state write read its key first), and Spark then reports 0."""
+    keys_written: int
+    """Keys put in this batch (numRowsUpdated)."""
+    keys_expired: int
+    """Keys whose lifetime ended in this batch (customMetrics.numValuesRemovedDueToTTLExpiry)."""
+    memory_bytes: int
+    """The stores' memory (memoryUsedBytes), within RocksDB's bounded budget."""
+    disk_bytes: int
+    """The stores' live SST files (customMetrics.rocksdbSstFileSize)."""
+
+
+def state_size(progress: Mapping[str, Any]) -> StateSize | None:
+    """The deduplication state of a progress, None if the query keeps no state."""
+    operators = progress.get("stateOperators") or []
+    if not operators:
+        return None
+
+    def total(name: str, custom: bool = False) -> int:
+        values = [(op.get("customMetrics") or {}) if custom else op for op in operators]
+        return sum(int(v.get(name) or 0) for v in values)
+
+    keys = total("numRowsTotal")
+    return StateSize(
+        keys=keys or None,
+        keys_written=total("numRowsUpdated"),
+        keys_expired=total("numValuesRemovedDueToTTLExpiry", custom=True),
+        memory_bytes=total("memoryUsedBytes"),
+        disk_bytes=total("rocksdbSstFileSize", custom=True),
+    )
+
+
+@dataclass(frozen=True)
+class LogSinceCheckpoint:
+    """A Delta table's newest checkpoint and latest version."""
+
+    checkpoint_version: int | None
+    """From `_delta_log/_last_checkpoint`; None before the first checkpoint."""
+    version: int
+
+    @property
+    def entries(self) -> int:
+        """Log entries a reader replays on top of the checkpoint (every one without it)."""
+        since = -1 if self.checkpoint_version is None else self.checkpoint_version
+        return self.version - since
+
+
+def log_since_checkpoint(table_uri: str) -> LogSinceCheckpoint | None:
+    """The table's last checkpoint and its latest version, None if it has no log yet.
+
+    Cheap at any age: `_last_checkpoint` is one small read, and the latest version is found by
+    asking for entries after it by name, doubling the step and then halving it (about
+    2 log2(n) lookups for n entries since the checkpoint), never listing `_delta_log`."""
+    pointer = Location(table_uri) / "_delta_log" / "_last_checkpoint"
+    try:
+        checkpoint: int | None = int(json.loads(pointer.read_text())["version"])
+    except FileNotFoundError:
+        checkpoint = None
+    known = -1 if checkpoint is None else checkpoint  # a version that exists (-1: none yet)
+
+    def exists(version: int) -> bool:
+        return Location(entry_uri(table_uri, version)).exists()
+
+    step = 1
+    while exists(known + step):
+        known, step = known + step, step * 2
+    missing = known + step
+    while missing - known > 1:  # known exists, missing does not: halve the gap
+        middle = (known + missing) // 2
+        known, missing = (middle, missing) if exists(middle) else (known, middle)
+    if known < 0:
+        return None
+    return LogSinceCheckpoint(checkpoint, known)
+
+
+def folder_bytes(uri: str) -> int:
+    """Bytes of every file under a folder (0 if it does not exist): one recursive listing, whose
+    cost follows the files the folder holds."""
+    fs, path = filesystem(uri)
+    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+    return sum(info.size or 0 for info in infos if info.type == pafs.FileType.File)
