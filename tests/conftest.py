@@ -94,13 +94,18 @@ def no_kafka_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return home
 
 
+BROKER_STARTUP_S = 300.0
+"""A broker starts in seconds; on a shared 2-core machine at a load average of 30-80 the default
+60 s ran out before it answered, and the whole session failed."""
+
+
 @pytest.fixture(scope="session")
 def local_broker() -> Iterator[LocalKafkaBroker | None]:
     """The local Kafka broker of the tests; None with KAFKA_BOOTSTRAP_SERVERS set."""
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
         yield None
         return
-    with LocalKafkaBroker() as broker:
+    with LocalKafkaBroker(startup_timeout_s=BROKER_STARTUP_S) as broker:
         yield broker
 
 
@@ -108,7 +113,7 @@ def local_broker() -> Iterator[LocalKafkaBroker | None]:
 def secured_local_broker() -> Iterator[LocalKafkaBroker]:
     """The session's secured broker (SASL_SSL, client certificates, ACLs), started by the first
     test that runs on it (kafka_topics.ON_BOTH_KAFKAS)."""
-    with LocalKafkaBroker(secured=True) as broker:
+    with LocalKafkaBroker(secured=True, startup_timeout_s=BROKER_STARTUP_S) as broker:
         yield broker
 
 

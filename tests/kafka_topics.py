@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any, NamedTuple
 
@@ -18,6 +17,7 @@ from confluent_kafka.admin import (
 
 from tidelake.streaming.kafka.admin import quiet_client_config
 from tidelake.streaming.kafka.offsets import PartitionEnds
+from tidelake.streaming.polling import poll_until
 
 KEEP_FOREVER = -1
 
@@ -73,27 +73,34 @@ def read_records(
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
         records: list[KafkaRecord] = []
         pending = set(partitions)
-        deadline = time.monotonic() + timeout_s
-        while pending:
-            assert time.monotonic() < deadline, f"{topic} not read to its end in {timeout_s:g} s"
-            message = consumer.poll(1)
-            if message is None:
-                continue
-            if message.error() is not None:
+
+        def read_to_the_end() -> list[KafkaRecord] | None:
+            """One message taken; the records once every partition is read to its end."""
+            message = consumer.poll(1) if pending else None
+            if message is not None and message.error() is not None:
                 assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
                 pending.discard(message.partition())
-                continue
-            _, timestamp_ms = message.timestamp()
-            records.append(
-                KafkaRecord(
-                    message.partition(),
-                    message.offset(),
-                    message.key(),
-                    message.value(),
-                    timestamp_ms,
+            elif message is not None:
+                _, timestamp_ms = message.timestamp()
+                records.append(
+                    KafkaRecord(
+                        message.partition(),
+                        message.offset(),
+                        message.key(),
+                        message.value(),
+                        timestamp_ms,
+                    )
                 )
-            )
-        return records
+            return None if pending else records
+
+        return poll_until(
+            read_to_the_end,
+            timeout_s=timeout_s,
+            interval_s=0,
+            timeout_error=lambda _: AssertionError(
+                f"{topic} not read to its end in {timeout_s:g} s"
+            ),
+        )
     finally:
         consumer.close()
 

@@ -83,7 +83,8 @@ def running_stream(spark: Any, flow: Any, settings: Any, kafka_conf: Any) -> Ite
     runner = threading.Thread(target=await_query, args=(query, stop), daemon=True)
     runner.start()
     try:
-        wait_for(lambda: query.lastProgress or None, 60, "the stream's first batch", 0.2)
+        # 60 s timed out on 2 cores at a load average of 30
+        wait_for(lambda: query.lastProgress or None, 300, "the stream's first batch", 0.2)
         yield stream
     finally:
         stop.set()

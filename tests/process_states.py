@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
+
+from tidelake.streaming.polling import poll_until
 
 
 def signal_in_mask(pid: int, mask: str, sig: signal.Signals) -> bool:
@@ -21,16 +22,21 @@ def signal_in_mask(pid: int, mask: str, sig: signal.Signals) -> bool:
 
 
 def gone(pid: int, timeout_s: float = 5.0) -> bool:
-    """True once pid has exited; an orphan stays a zombie until init reaps it, which counts."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    """True once pid has exited, an AssertionError if it has not in timeout_s; an orphan stays
+    a zombie until init reaps it, which counts."""
+
+    def exited() -> bool | None:
         try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
+            return True if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE else None
         except psutil.NoSuchProcess:
             return True
-        time.sleep(0.02)
-    return False
+
+    return poll_until(
+        exited,
+        timeout_s=timeout_s,
+        interval_s=0.02,
+        timeout_error=lambda _: AssertionError(f"process {pid} still runs after {timeout_s:g} s"),
+    )
 
 
 @contextmanager
@@ -45,10 +51,14 @@ def paused(pid: int, timeout_s: float = 10.0) -> Iterator[None]:
     """
     os.kill(pid, signal.SIGSTOP)
     try:
-        deadline = time.monotonic() + timeout_s
-        while not _all_threads_stopped(pid):
-            assert time.monotonic() < deadline, f"process {pid} did not stop in {timeout_s:g} s"
-            time.sleep(0.002)
+        poll_until(
+            lambda: True if _all_threads_stopped(pid) else None,
+            timeout_s=timeout_s,
+            interval_s=0.002,
+            timeout_error=lambda _: AssertionError(
+                f"process {pid} did not stop in {timeout_s:g} s"
+            ),
+        )
         yield
     finally:
         os.kill(pid, signal.SIGCONT)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import collections
-import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from demo_days import write_days
+from kafka_topics import read_records
 
 from tidelake.assets.calls.anomaly_model_asset import MODEL_KEY, SKIPPED
 from tidelake.assets.definitions import build_definitions
@@ -28,24 +27,10 @@ HELD_OUT = "2026-11-18"
 
 def read_regions(kafka_conf: Any, topic: str) -> list[str]:
     """Region of every event on the topic (read to each partition's end)."""
-    consumer = Consumer(
-        {**kafka_conf, "group.id": f"t-{uuid.uuid4().hex}", "enable.partition.eof": True}
-    )
-    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-    regions, ended = [], set()
-    try:
-        while len(ended) < len(partitions):
-            message = consumer.poll(1)
-            if message is None:
-                continue
-            if message.error() is not None:
-                ended.add(message.partition())
-                continue
-            regions.append(CallEvent.Region.Name(CallEvent.FromString(message.value()).region))
-    finally:
-        consumer.close()
-    return regions
+    return [
+        CallEvent.Region.Name(CallEvent.FromString(record.value).region)
+        for record in read_records(kafka_conf, topic)
+    ]
 
 
 @pytest.fixture(scope="module")

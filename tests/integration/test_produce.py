@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from google.protobuf.message import DecodeError
+from kafka_topics import read_records
 
 from tidelake.platform.dev.produce import TOO_LATE, UNDECODABLE, ProduceReport, produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
@@ -20,7 +19,6 @@ from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.admin import (
     TopicMissingError,
     ensure_topic,
-    quiet_client_config,
 )
 
 PARTITIONS = 4
@@ -52,34 +50,9 @@ def _flow(topic: str) -> FlowSpec:
 
 def _read_topic(conf: dict[str, Any], flow: FlowSpec) -> TopicContents:
     """Read every partition to its end (end = partition EOF from fetch, not ListOffsets)."""
-    consumer = Consumer(
-        quiet_client_config(
-            {
-                **conf,
-                "group.id": f"tidelake-test-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "fetch.queue.backoff.ms": 10,
-            }
-        )
-    )
-    consumer.assign([TopicPartition(flow.topic, p, 0) for p in range(flow.topic_partitions)])
     contents = TopicContents()
-    at_end: set[int] = set()
-    deadline = time.monotonic() + 30
-    try:
-        while len(at_end) < flow.topic_partitions:
-            assert time.monotonic() < deadline, "topic not read to its end within 30s"
-            for message in consumer.consume(10_000, timeout=1):
-                error = message.error()
-                if error is not None:
-                    assert error.code() == KafkaError._PARTITION_EOF, error
-                    at_end.add(message.partition())
-                    continue
-                at_end.discard(message.partition())
-                _classify(flow, message.key(), message.value(), message.timestamp()[1], contents)
-    finally:
-        consumer.close()
+    for record in read_records(conf, flow.topic, partitions=list(range(flow.topic_partitions))):
+        _classify(flow, record.key, record.value, record.timestamp_ms, contents)
     return contents
 
 

@@ -22,11 +22,12 @@ from urllib.parse import urlparse
 
 import grpc
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pool, message_factory
+from kafka_topics import read_values
 from lake_readers import read_delta
 from live_stream import cli_available_now, run_available_now
 
@@ -254,25 +255,10 @@ def test_registered_flow_schema_and_framed_ingest_values(
         assert server.stop() == 0
 
     deserialize = ProtobufDeserializer(call_pb2.CallEvent)
-    consumer = Consumer(
-        {
-            **quiet_client_config(kafka_conf),
-            "group.id": f"reader-{flow.topic}",
-            "auto.offset.reset": "earliest",
-        }
-    )
-    consumer.subscribe([flow.topic])
-    read: list[Any] = []
-    deadline = time.monotonic() + 30
-    while len(read) < len(sent) and time.monotonic() < deadline:
-        message = consumer.poll(1.0)
-        if message is None or message.error():
-            continue
-        assert message.value()[0] == 0  # framed
-        read.append(
-            deserialize(message.value(), SerializationContext(flow.topic, MessageField.VALUE))
-        )
-    consumer.close()
+    values = read_values(kafka_conf, flow.topic)
+    assert all(value[0] == 0 for value in values)  # framed
+    context = SerializationContext(flow.topic, MessageField.VALUE)
+    read = [deserialize(value, context) for value in values]
     assert sorted(e.call_sid for e in read) == sorted(e.call_sid for e in sent)
 
     stream = run_available_now(spark, flow, engine_settings, kafka_conf)

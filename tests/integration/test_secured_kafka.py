@@ -30,6 +30,7 @@ from tidelake.streaming.kafka.admin import (
     topic_partition_count,
 )
 from tidelake.streaming.kafka.offsets import PartitionEnds
+from tidelake.streaming.polling import poll_until
 from tidelake.streaming.settings import kafka_client_env
 
 
@@ -76,14 +77,23 @@ def test_each_role_gets_exactly_its_grants(secured_broker: LocalKafkaBroker) -> 
     consumer = Consumer({**secured_broker.client_config("ingest"), "group.id": "none"})
     consumer.assign([TopicPartition("role-topic", 0, 0)])
     codes = set()
-    for _ in range(10):  # the group's refusal may come first: the ingest user has none either
-        message = consumer.poll(2)
+
+    def topic_refused() -> bool | None:
+        """The group's refusal may come first: the ingest user has none either."""
+        message = consumer.poll(1)
         if message is not None and message.error() is not None:
             codes.add(message.error().code())
-        if KafkaError.TOPIC_AUTHORIZATION_FAILED in codes:
-            break
-    consumer.close()
-    assert KafkaError.TOPIC_AUTHORIZATION_FAILED in codes
+        return True if KafkaError.TOPIC_AUTHORIZATION_FAILED in codes else None
+
+    try:
+        poll_until(
+            topic_refused,
+            timeout_s=20,
+            interval_s=0,
+            timeout_error=lambda _: AssertionError(f"no TOPIC_AUTHORIZATION_FAILED, only {codes}"),
+        )
+    finally:
+        consumer.close()
 
 
 @dataclass(frozen=True)
