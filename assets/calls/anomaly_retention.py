@@ -11,7 +11,6 @@ from tidelake.streaming.calls.anomaly.detector import (
     ANOMALIES_TABLE,
     DETECTOR_NAME,
 )
-from tidelake.streaming.delta.maintenance import MIN_VACUUM_RETENTION_HOURS
 from tidelake.streaming.settings import EngineSettings
 
 
@@ -25,7 +24,7 @@ def build_anomalies_retention_job(settings: EngineSettings) -> dg.JobDefinition:
 
     @dg.op(name=f"vacuum_{ANOMALIES_TABLE}", ins={"after": dg.In(dg.Nothing)})
     def vacuum(context: dg.OpExecutionContext) -> None:
-        vacuum_tables(context, tables, MIN_VACUUM_RETENTION_HOURS)
+        vacuum_tables(context, tables)
 
     @dg.job(
         name=f"{ANOMALIES_TABLE}_vacuum",

@@ -38,12 +38,14 @@ class CompactionConfig(dg.Config):
 
 
 class VacuumConfig(dg.Config):
-    retention_hours: int = Field(
-        default=MIN_VACUUM_RETENTION_HOURS,
+    retention_hours: int | None = Field(
+        default=None,
         ge=0,
         description="keep files any snapshot of the last N hours needs (time travel, readers "
-        "and writers in flight); at least TIDELAKE_DELTA_LOG_RETENTION (shorter is refused), "
-        "below 168 only when you know nothing reads older snapshots",
+        f"and writers in flight); default {MIN_VACUUM_RETENTION_HOURS}, or "
+        "TIDELAKE_DELTA_LOG_RETENTION if longer; at least TIDELAKE_DELTA_LOG_RETENTION (shorter "
+        f"is refused), below {MIN_VACUUM_RETENTION_HOURS} only when you know nothing reads older "
+        "snapshots",
     )
 
 
@@ -213,7 +215,9 @@ def expire_old_dates(
 
 
 def vacuum_tables(
-    context: dg.OpExecutionContext, tables: Mapping[dg.AssetKey, str], retention_hours: int
+    context: dg.OpExecutionContext,
+    tables: Mapping[dg.AssetKey, str],
+    retention_hours: int | None = None,
 ) -> None:
     """Vacuum each table that exists (delta/maintenance.py vacuum_table), logged and observed
     on its asset."""

@@ -277,7 +277,8 @@ def ensure_table(table_uri: str, schema: pa.Schema, partition_by: Sequence[str])
 def require_fit(table: DeltaTable, schema: pa.Schema, partition_by: Sequence[str]) -> None:
     """Raise DeltaCommitError unless files of `schema` partitioned by `partition_by` may be
     added to `table` as its metadata stands: the same partitioning, each column in the table
-    with its type, and the table's other columns nullable (the files lack them)."""
+    with its type and no more nullable than the table's (nested fields too), and the table's
+    other columns nullable (the files lack them)."""
     table_uri = table.table_uri
     existing = table.metadata().partition_columns
     if list(existing) != list(partition_by):
@@ -300,6 +301,32 @@ def require_fit(table: DeltaTable, schema: pa.Schema, partition_by: Sequence[str
         raise DeltaCommitError(
             f"{table_uri} requires columns {required} that the stream does not write"
         )
+    loosened = [name for f in schema for name in _nulls_allowed(have.field(f.name), f, f.name)]
+    if loosened:
+        raise DeltaCommitError(
+            f"{table_uri} requires {loosened} to be non-null, which the stream writes as "
+            "nullable (the append does not check its rows against the table's NOT NULL)"
+        )
+
+
+def _nulls_allowed(table: pa.Field, stream: pa.Field, name: str) -> list[str]:
+    """The (dotted) fields, nested ones too, that the table declares non-null and the stream's
+    schema nullable: Delta's writers must keep nulls out of them, which a stream's append does
+    not check row by row. Fields of the same type (same_column_type) are compared."""
+    found = [name] if not table.nullable and stream.nullable else []
+    t, s = table.type, stream.type
+    if pa.types.is_struct(t) and pa.types.is_struct(s):
+        for child in s:
+            index = t.get_field_index(child.name)
+            if index >= 0:
+                found += _nulls_allowed(t.field(index), child, f"{name}.{child.name}")
+    elif _is_list(t) and _is_list(s):
+        found += _nulls_allowed(t.value_field, s.value_field, f"{name}.element")
+    return found
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t))
 
 
 def same_column_type(table_type: pa.DataType, stream_type: pa.DataType) -> bool:
@@ -313,7 +340,7 @@ def _base_type(t: pa.DataType) -> pa.DataType:
         return pa.string()
     if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
         return pa.binary()
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
+    if _is_list(t):
         return pa.list_(_base_type(t.value_type))
     if pa.types.is_struct(t):
         return pa.struct([pa.field(f.name, _base_type(f.type)) for f in t])

@@ -96,8 +96,8 @@ def _stat_value(value: Any, *, up: bool) -> Any:
         if up and ms != value:
             ms += dt.timedelta(milliseconds=1)
         if ms.tzinfo is None:
-            return ms.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
-        return ms.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+            return ms.isoformat(timespec="milliseconds")
+        return ms.astimezone(dt.UTC).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
     if isinstance(value, dt.date):
         return value.isoformat()
     return value

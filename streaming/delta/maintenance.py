@@ -153,10 +153,13 @@ class VacuumResult:
     table_version: int
 
 
-def vacuum_table(table_uri: str, retention_hours: int = MIN_VACUUM_RETENTION_HOURS) -> VacuumResult:
+def vacuum_table(table_uri: str, retention_hours: int | None = None) -> VacuumResult:
     """Delete files no snapshot within the retention needs, orphans of failed writes included,
-    then checkpoint the log and drop log entries older than the log retention. A retention
-    shorter than the log's is refused (require_vacuum_retention)."""
+    then checkpoint the log and drop log entries older than the log retention. The retention
+    defaults to default_vacuum_retention_hours(); a shorter one than the log's is refused
+    (require_vacuum_retention)."""
+    if retention_hours is None:
+        retention_hours = default_vacuum_retention_hours()
     require_vacuum_retention(retention_hours)
     table = open_table(table_uri)
     removed = table.vacuum(
@@ -170,6 +173,16 @@ def vacuum_table(table_uri: str, retention_hours: int = MIN_VACUUM_RETENTION_HOU
     return VacuumResult(table_uri, len(removed), retention_hours, table.version())
 
 
+def default_vacuum_retention_hours() -> int:
+    """A week (MIN_VACUUM_RETENTION_HOURS, delta's default deletedFileRetentionDuration), or the
+    log retention if that is longer (the floor of require_vacuum_retention)."""
+    return max(MIN_VACUUM_RETENTION_HOURS, _vacuum_floor_hours())
+
+
+def _vacuum_floor_hours() -> int:
+    return math.ceil(load_engine_settings().delta_log_retention_seconds() / 3600)
+
+
 def require_vacuum_retention(retention_hours: int) -> None:
     """Raise ConfigError for a vacuum retention shorter than TIDELAKE_DELTA_LOG_RETENTION, as
     delta-spark refuses one shorter than the table's deletedFileRetentionDuration (tidelake sets
@@ -177,12 +190,12 @@ def require_vacuum_retention(retention_hours: int) -> None:
     its retention: a shorter one deletes the files a running stream or backfill has written and
     not yet committed (the log retention is longer than the longest backfill), and those of the
     snapshots the log still offers to time travel."""
-    settings = load_engine_settings()
-    floor_hours = math.ceil(settings.delta_log_retention_seconds() / 3600)
+    floor_hours = _vacuum_floor_hours()
     if retention_hours < floor_hours:
         raise ConfigError(
             f"a vacuum retention of {retention_hours} hours is shorter than "
-            f"TIDELAKE_DELTA_LOG_RETENTION={settings.delta_log_retention}: it would delete files "
+            f"TIDELAKE_DELTA_LOG_RETENTION={load_engine_settings().delta_log_retention}: it "
+            "would delete files "
             f"that running streams and backfills have written and not committed yet; vacuum "
             f"with at least {floor_hours} hours"
         )

@@ -106,16 +106,17 @@ def _link_if_absent(path: str, body: bytes) -> bool:
     link leaves the temporary file, which the log upkeep deletes (remove_leftovers)."""
     folder, name = os.path.split(path)
     temporary = os.path.join(folder, f"_{name}.{uuid.uuid4().hex}.tmp")  # see _TEMPORARY
-    with open(temporary, "wb") as f:
-        f.write(body)
-        f.flush()
-        os.fsync(f.fileno())
     try:
+        with open(temporary, "wb") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
         os.link(temporary, path)  # atomic, and fails if the name exists
     except FileExistsError:
         return False
     finally:
-        os.unlink(temporary)
+        with contextlib.suppress(FileNotFoundError):  # the open itself failed
+            os.unlink(temporary)
     _fsync_folder(folder)
     return True
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -89,11 +90,11 @@ def check_table_files_exist(flow_name: str, table_uri: str) -> None:
     except TableNotFoundError:
         return
     actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
-    paths = actions.get("path", [])
+    paths = actions.get("path", [])  # as the log has them: URIs, percent-encoded
     if not paths:
         return
     fs, root = filesystem(table_uri)
-    infos = fs.get_file_info([f"{root}/{p}" for p in paths])
+    infos = fs.get_file_info([f"{root}/{unquote(p)}" for p in paths])
     missing = [
         p for p, info in zip(paths, infos, strict=True) if info.type == pafs.FileType.NotFound
     ]

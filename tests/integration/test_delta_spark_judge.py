@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 from lake_readers import delta_version, duckdb_query, read_delta, read_delta_spark
@@ -146,9 +147,9 @@ def optimize_during_stream_commits(spark: Any, stream: FlowStream, live: Backgro
 
 
 def removed_paths(table: str, up_to: int) -> set[str]:
-    """Data files the log's remove actions name, up to version `up_to`."""
+    """Data files the log's remove actions name (their paths are URIs), up to version `up_to`."""
     return {
-        action["remove"]["path"]
+        unquote(action["remove"]["path"])
         for v in range(up_to + 1)
         for action in read_entry(table, v) or []
         if "remove" in action

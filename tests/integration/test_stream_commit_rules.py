@@ -24,6 +24,7 @@ from tidelake.streaming.delta.log_append import entry_uri, read_entry
 from tidelake.streaming.delta.maintenance import upkeep_log
 from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.storage.conditional_put import LEFTOVER_AFTER_S
+from tidelake.streaming.stream.guard import StreamGuardError, check_table_files_exist
 
 DAY = dt.date(2026, 11, 26)
 NARROW = pa.schema([("n", pa.int32()), ("date", pa.date32())])
@@ -48,6 +49,13 @@ write_deltalake(uri, table.cast(wide), mode="overwrite", schema_mode="overwrite"
 table = DeltaTable(uri).to_pyarrow_table()
 write_deltalake(uri, table, mode="overwrite", schema_mode="overwrite", partition_by=["n"])
 """,
+    # another writer's CREATE OR REPLACE with the same columns, `n` now NOT NULL
+    "made non-null": """
+table = DeltaTable(uri).to_pyarrow_table().select(["n", "date"])
+strict = pa.schema([pa.field("n", pa.int32(), nullable=False), ("date", pa.date32())])
+write_deltalake(uri, table.cast(strict), mode="overwrite", schema_mode="overwrite",
+                partition_by=["date"])
+""",
     # what delta/evolution.py commits for a new field of the message
     "column added": """
 DeltaTable(uri).alter.add_columns([Field("note", "string", nullable=True)])
@@ -68,6 +76,7 @@ def change_metadata_in_another_process(uri: str, change: str) -> None:
     [
         ("widened", r"has other column types: n: table int64, stream int32"),
         ("repartitioned", r"is partitioned by \['n'\], the stream writes \['date'\]"),
+        ("made non-null", r"requires \['n'\] to be non-null, which the stream writes as"),
         ("column added", None),
     ],
 )
@@ -77,8 +86,9 @@ def test_a_metadata_change_by_another_process_makes_the_batch_fit_again_or_refus
     """The stream validated its batches against the table it opened; another process changes
     the table's metadata before the next batch's put. That put finds its version taken, reads
     the change by name and checks the batch against the new metadata: files of a column
-    type or a partitioning the table no longer has are refused (delta-spark aborts with
-    MetadataChangedException), files still valid (a nullable column added) are appended."""
+    type, a partitioning or a nullability the table no longer has are refused (delta-spark
+    aborts with MetadataChangedException), files still valid (a nullable column added) are
+    appended."""
     uri = str(tmp_path / "events")
     commit_narrow(uri, 1)
     change_metadata_in_another_process(uri, change)
@@ -165,3 +175,21 @@ def test_add_paths_of_escaped_partition_folders_read_in_delta_spark_and_delta_rs
     assert sorted((row["n"], row["label"]) for row in by_delta_rs) == expected
     by_delta_spark = spark.read.format("delta").load(uri).select("n", "label").collect()
     assert sorted((row.n, row.label) for row in by_delta_spark) == expected
+
+
+def test_the_start_up_guard_finds_the_files_of_percent_encoded_add_paths(tmp_path: Path) -> None:
+    """The guard looks for the files the snapshot names: it decodes the log's add paths (URIs)
+    first, so files in escaped partition folders are found and the stream starts; a file that
+    is really gone is still refused."""
+    uri = str(tmp_path / "labels")
+    schema = pa.schema([("n", pa.int64()), ("label", pa.string())])
+    rows = pa.table({"n": list(range(len(LABELS))), "label": LABELS}, schema=schema)
+    files = write_arrow_files(rows, uri, "label", "batch-1")
+    commit_files(uri, files, schema=schema, partition_by=["label"], app_id="app", version=1)
+    assert any(
+        "%25" in p for p in open_table(uri).get_add_actions(flatten=True)["path"].to_pylist()
+    )
+    check_table_files_exist("labels", uri)
+    Path(uri, next(f.path for f in files if f.partition_values["label"] == "a b")).unlink()
+    with pytest.raises(StreamGuardError, match=r"names 1 data file\(s\) that do not exist"):
+        check_table_files_exist("labels", uri)

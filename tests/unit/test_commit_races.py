@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from stream_batches import DAY, batch_rows, commit_batch
+from stream_batches import DAY, batch_rows, commit_batch, commit_elsewhere
 
-from tidelake.streaming.delta import commit, maintenance
+from tidelake.streaming.delta import maintenance
 from tidelake.streaming.delta.maintenance import compact_partition
 from tidelake.streaming.delta.tables import open_table
 
@@ -25,9 +25,7 @@ def test_a_stream_commit_that_loses_a_race_commits_its_batch_once(
     batch 3 is committed."""
     uri = str(tmp_path / "events")
     commit_batch(uri, 1)
-    kept_open = commit._open_tables.pop(uri)
-    commit_batch(uri, 2)  # the other writer, on a table of its own
-    commit._open_tables[uri] = kept_open  # still at version 1
+    commit_elsewhere(uri, 2, 2)  # the other writer, which this process's table does not see
     commit_batch(uri, batch)
     table = open_table(uri)
     assert sorted(table.to_pyarrow_table()["n"].to_pylist()) == committed

@@ -193,6 +193,20 @@ def test_a_vacuum_shorter_than_the_log_retention_is_refused_naming_the_setting(
     assert sorted(open_table(uri).to_pyarrow_table()["n"].to_pylist()) == [1, 2]
 
 
+def test_the_default_vacuum_retention_follows_a_log_retention_longer_than_a_week(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daily vacuum runs with the default retention: a week, or the log retention where
+    that is longer, so a 10-day log retention does not make every scheduled vacuum refuse."""
+    uri = str(tmp_path / "events")
+    commit_batch(uri, 1)
+    assert vacuum_table(uri).retention_hours == 168
+    monkeypatch.setenv("TIDELAKE_DELTA_LOG_RETENTION", "10 days")
+    assert vacuum_table(uri).retention_hours == 240
+    with pytest.raises(ConfigError, match="shorter than TIDELAKE_DELTA_LOG_RETENTION=10 days"):
+        vacuum_table(uri, retention_hours=168)
+
+
 def test_the_upkeep_deletes_what_a_writer_that_died_before_linking_left(tmp_path: Path) -> None:
     """A put writes its entry to a temporary file, then links it as the version: a process
     killed in between leaves the file. The upkeep deletes such files once older than any live
