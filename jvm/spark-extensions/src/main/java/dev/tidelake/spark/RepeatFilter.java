@@ -160,7 +160,9 @@ public final class RepeatFilter {
 
   static Verdict apply(
       Long previousMicros, List<Row> records, Columns columns, long latenessMicros) {
-    records.sort(columns.arrivalOrder());
+    if (records.size() > 1) { // most keys come once: no order to build
+      records.sort(columns.arrivalOrder());
+    }
     List<Row> kept = new ArrayList<>(1);
     Long previous = previousMicros;
     for (Row row : records) {
@@ -168,7 +170,9 @@ public final class RepeatFilter {
       if (previous == null || arrival - previous > latenessMicros) {
         kept.add(row);
       }
-      previous = arrival;
+      // a record read after a later-arriving one (a stream's later micro-batch) does not move
+      // the key's last arrival back
+      previous = previous == null ? arrival : Math.max(previous, arrival);
     }
     return new Verdict(kept, previous);
   }

@@ -63,6 +63,22 @@ class RepeatFilterTest {
   }
 
   @Test
+  void aRecordReadAfterALaterArrivingOneDoesNotMoveTheKeysLastArrivalBack() {
+    // the stream holds the key's arrival at 10:00; a record stamped 09:00 is read in a later
+    // micro-batch with one stamped 11:30, within the lateness of 10:00
+    long ten = T0_US + 10 * HOUR_US;
+    RepeatFilter.Verdict verdict =
+        RepeatFilter.apply(
+            ten,
+            new ArrayList<>(
+                List.of(record(ten + 90 * 60_000_000L, 0, 21), record(ten - HOUR_US, 0, 20))),
+            COLUMNS,
+            2 * HOUR_US);
+    assertEquals(List.of(), verdict.kept());
+    assertEquals(ten + 90 * 60_000_000L, verdict.lastArrivalMicros());
+  }
+
+  @Test
   void theFirstArrivalIsKeptWhateverPartitionsTheKeyWasSentTo() {
     // after add-partitions the key's retry lands in partition 0, its original in partition 5
     List<Row> records = List.of(record(T0_US + 5_000_000L, 0, 11), record(T0_US, 5, 2));
