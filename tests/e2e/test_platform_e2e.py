@@ -2,11 +2,11 @@
 in its own process group with its own DAGSTER_HOME, against the test session's broker. The tests
 drive Dagster only through its GraphQL API and read the Delta tables with delta-rs and DuckDB.
 
-Order matters (one stack per module): up -> exactly once -> the supervisor closes past days ->
-a backfill of the closed days in the browser with no failed run so far -> SIGKILL of the run ->
-terminate from the UI -> a second run queues -> quality checks -> automatic compaction -> events
-through the ingest service (exactly once after the restarts) -> a flow added and the code
-location reloaded -> Ctrl-C leaves no process behind.
+Order matters (one stack per module): up -> exactly once -> the stream's age plotted -> the
+supervisor closes past days -> a backfill of the closed days in the browser with no failed run
+so far -> SIGKILL of the run -> terminate from the UI -> a second run queues -> quality checks
+-> automatic compaction -> events through the ingest service (exactly once after the restarts)
+-> a flow added and the code location reloaded -> Ctrl-C leaves no process behind.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from dagster_ui import browser_ui
 from dev_platform import JOB, RunningDev, dev_env, start_dev, stop_dev, stream_worker_pid
 from flows import PAGE_VIEWS
 from lake_readers import duckdb_query, read_delta
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tidelake.assets.quality.partition_checks import EXPECTATIONS, QUARANTINE_SHARE, VOLUME
 from tidelake.platform.dev.check import check_dev
@@ -162,6 +163,37 @@ def test_events_land_exactly_once(stack: Stack) -> None:
     assert Counter(d.isoformat() for d in table.column("date").to_pylist()) == report.by_date
     quarantine = stack.settings.table_uri(CALL_EVENTS.quarantine_table)
     assert duckdb_query(f"select count(*) from delta_scan('{quarantine}')") == [(report.malformed,)]
+
+
+AGE_FIGURES = (
+    "state_memory_bytes",
+    "commit_ms",
+    "log_entries_since_checkpoint",
+    "checkpoint_bytes",
+)
+
+
+def test_the_streams_age_figures_are_plotted_on_its_table(stack: Stack) -> None:
+    """The stream run's observation of the table carries what grows with its age; the asset's
+    page plots each figure over time (Overview -> Metadata -> Plots -> Events)."""
+    with browser_ui(stack.web.url, "stream-age") as ui:
+
+        def plotted() -> bool | None:
+            ui.open("/assets/lake/call_events")
+            ui.page.get_by_role("button", name="Plots").first.click()
+            ui.page.get_by_text("Events", exact=True).last.click()  # by time, not by partition
+            try:  # the plots draw once the page has read the observations
+                for figure in AGE_FIGURES:
+                    ui.page.get_by_text(figure, exact=True).first.wait_for(timeout=30_000)
+            except PlaywrightTimeout:
+                return None  # no observation of the run yet
+            return True
+
+        wait_for(plotted, 300, f"the plots of {AGE_FIGURES}", 10)
+        ui.page.get_by_text(AGE_FIGURES[0], exact=True).first.evaluate(
+            "title => title.scrollIntoView({block: 'center'})"
+        )
+        ui.shot("age-plots")
 
 
 def test_the_stream_runs_in_a_jvm_started_as_tidelake_starts_it(stack: Stack) -> None:
