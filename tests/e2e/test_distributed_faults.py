@@ -40,6 +40,7 @@ from tidelake.platform.local.ports import free_ports
 from tidelake.platform.local.spark_cluster import LocalSparkCluster
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.calls.demo_events import call_event
+from tidelake.streaming.polling import poll_until
 from tidelake.streaming.settings import EngineSettings
 
 pytestmark = [
@@ -303,12 +304,14 @@ def test_the_driver_killed_during_a_delta_commit_is_replaced(platform: Platform)
     with SteadySender(platform.ingest, seed=4) as sender:
         time.sleep(2)
         before = set(os.listdir(log_dir))
-        deadline = time.monotonic() + 60
-        while not (new := set(os.listdir(log_dir)) - before) and time.monotonic() < deadline:
-            time.sleep(0.001)
+        new = poll_until(
+            lambda: set(os.listdir(log_dir)) - before or None,
+            timeout_s=60,
+            interval_s=0.001,
+            timeout_error=lambda _: AssertionError("no Delta commit began within 60 s"),
+        )
         driver.kill()
         killed_at = time.monotonic()
-        assert new, "no Delta commit began within 60 s"
         replacement = platform.started_run(other_than=run_id, timeout_s=120)
         replaced_s = time.monotonic() - killed_at
         time.sleep(5)
