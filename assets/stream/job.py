@@ -122,6 +122,7 @@ class ProgressReporter:
         self._places = places
         self._reported_schemas: dict[int, str] = {}
         self._observed_at: float | None = None
+        self._batch_figures: dict[str, Any] = {}
 
     def __call__(self, query: StreamingQuery, progress: dict[str, Any] | None) -> None:
         if progress is None:
@@ -147,6 +148,7 @@ class ProgressReporter:
         }
         if lag is not None:
             metadata["lag_total"] = dg.MetadataValue.int(lag)
+        self._remember_batch(progress)
         now = self._clock()
         if self._observed_at is None or now - self._observed_at >= health.HEALTH_HEARTBEAT_S:
             self._observed_at = now
@@ -154,13 +156,15 @@ class ProgressReporter:
                 dg.AssetObservation(
                     asset_key=table_key(self._flow),
                     description=self._age_bounds(),
-                    metadata={**metadata, **self._age(progress)},
+                    metadata={**metadata, **self._age()},
                 )
             )
         self._report_schemas()
 
-    def _age(self, progress: dict[str, Any]) -> dict[str, Any]:
-        """The figures that grow with the stream's age, as numbers the UI plots."""
+    def _remember_batch(self, progress: dict[str, Any]) -> None:
+        """Keep the figures of the last batch that ran: an idle stream's progress (Spark reports
+        one every 10 s while no data comes, under the next batch's id) has no commit of its own,
+        and the observation then shows the last batch's."""
         figures: dict[str, Any] = {}
         state = state_size(progress)
         if state is not None:
@@ -170,11 +174,17 @@ class ProgressReporter:
             figures["state_keys_expired"] = dg.MetadataValue.int(state.keys_expired)
             figures["state_memory_bytes"] = dg.MetadataValue.int(state.memory_bytes)
             figures["state_disk_bytes"] = dg.MetadataValue.int(state.disk_bytes)
+        if self._places is not None:
+            times = self._places.batch_times(int(progress["batchId"])) or {}
+            if "commit_ms" in times:
+                figures["commit_ms"] = dg.MetadataValue.float(round(times["commit_ms"], 1))
+        self._batch_figures.update(figures)
+
+    def _age(self) -> dict[str, Any]:
+        """The figures that grow with the stream's age, as numbers the UI plots."""
+        figures = dict(self._batch_figures)
         if self._places is None:  # a reporter of Spark's progress alone
             return figures
-        times = self._places.batch_times(int(progress["batchId"])) or {}
-        if "commit_ms" in times:
-            figures["commit_ms"] = dg.MetadataValue.float(round(times["commit_ms"], 1))
         try:
             log = log_since_checkpoint(self._places.table_uri)
             checkpoint_bytes = folder_bytes(self._places.checkpoint)

@@ -14,6 +14,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from live_stream import produce_and_stream
 
+from tidelake.assets.stream.health import HEALTH_HEARTBEAT_S
 from tidelake.assets.stream.job import ProgressReporter, StreamPlaces
 from tidelake.streaming.schemas.writer_schemas import WriterSchemas
 from tidelake.streaming.settings import DELTA_CHECKPOINT_INTERVAL
@@ -62,17 +63,28 @@ def test_the_streams_observation_carries_its_age_with_its_bounds(
     class Query:  # what the reporter reads of a StreamingQuery besides the progress
         name = stream.query_name
 
+    # what Spark reports every 10 s while no data comes: a batch id that did not run (the
+    # next one; this stream ran one more, with no rows, after its last logged progress)
+    idle = {**progress, "batchId": progress["batchId"] + 1_000, "numInputRows": 0}
+    idle["stateOperators"] = []
+    clock = iter([0.0, HEALTH_HEARTBEAT_S])
+
     @dg.op
     def report(context) -> None:  # type: ignore[no-untyped-def]  # dagster reads the hint
         places = StreamPlaces(stream.table_uri, stream.checkpoint, stream.batch_times)
         reporter = ProgressReporter(
-            context, flow, kafka_conf, WriterSchemas(flow, None), places, clock=lambda: 0.0
+            context, flow, kafka_conf, WriterSchemas(flow, None), places, clock=lambda: next(clock)
         )
         reporter(Query(), progress)  # type: ignore[arg-type]
+        reporter(Query(), idle)  # type: ignore[arg-type]
 
     context = dg.build_op_context()
     report(context)
-    (observed,) = [e for e in context.get_events() if isinstance(e, dg.AssetObservation)]
+    observed, while_idle = [e for e in context.get_events() if isinstance(e, dg.AssetObservation)]
+    # the idle observation shows the last batch's state and commit
+    assert {k: v for k, v in while_idle.metadata.items() if k.startswith(("state_", "commit"))} == {
+        k: v for k, v in observed.metadata.items() if k.startswith(("state_", "commit"))
+    }
     figures = {k: v.value for k, v in observed.metadata.items()}
     assert figures["state_memory_bytes"] == state["memoryUsedBytes"] > 0
     assert figures["state_disk_bytes"] == state["customMetrics"]["rocksdbSstFileSize"] > 0
