@@ -4,7 +4,8 @@ Dagster 1.13 deletes a run and its events (`delete_run`) but has no way to delet
 observations or check executions by age. Those deletes name Dagster's tables and columns
 themselves, so `EventLogTables.of` refuses, in one line, a Dagster version or an event log schema
 (its alembic revision) they were not tested with: a renamed column or a moved row would
-otherwise make them delete the wrong rows, silently.
+otherwise make them delete the wrong rows, silently. The purge then does what Dagster's API can
+(retention.py) and says which deletes it skipped.
 
 Facts of the tested storage they rely on (Dagster 1.13.27, event log revision 29b539ebc72a):
 - event timestamps are TIMESTAMP columns without a zone holding the UTC wall time
@@ -31,6 +32,8 @@ import sqlalchemy as sa
 from tidelake.streaming.errors import SetupError
 
 TESTED_DAGSTER = "1.13.27"
+"""The Dagster release the deletes were tested on: pyproject.toml pins it
+(tests/unit/test_history_retention_pin.py)."""
 TESTED_REVISIONS = {"sqlite": "29b539ebc72a", "postgresql": "29b539ebc72a"}
 """The event log's alembic revision per database the deletes were tested on."""
 RUNLESS_RUN_ID = ""
@@ -60,6 +63,27 @@ CHECK_EXECUTIONS = sa.table(
     sa.column("evaluation_event_storage_id", sa.BigInteger),
 )
 
+SKIPPED = (
+    "runs are purged through Dagster's API, the deletes of older events, observations and check "
+    "executions are skipped until assets/history/event_log_tables.py is checked against it"
+)
+
+
+class UntestedStorageError(SetupError):
+    """The event log is not one the deletes were tested on: they are skipped, not guessed at."""
+
+
+def untested_dagster_warning(job: str) -> str | None:
+    """What the code location says when it loads on a Dagster the deletes were not tested on
+    (the event log's revision is checked when the job runs), None on the tested one."""
+    if dg.__version__ == TESTED_DAGSTER:
+        return None
+    return (
+        f"{job}: the history retention's deletes were tested on Dagster {TESTED_DAGSTER}, this "
+        f"is Dagster {dg.__version__}: {SKIPPED}"
+    )
+
+
 Connect = Callable[[], AbstractContextManager[sa.Connection]]
 
 
@@ -77,10 +101,11 @@ class EventLogTables:
 
     @classmethod
     def of(cls, instance: dg.DagsterInstance, job: str) -> "EventLogTables":
-        """The instance's event log, or a one-line refusal naming what differs from the tested."""
+        """The instance's event log, or UntestedStorageError naming what differs from the
+        tested storage (one line)."""
         storage = instance.event_log_storage
         if not hasattr(storage, "index_connection"):
-            raise SetupError(
+            raise UntestedStorageError(
                 f"{job}: Dagster's event log is {type(storage).__name__}; the history retention "
                 "deletes from Dagster's SQL storage on SQLite or PostgreSQL only"
             )
@@ -90,11 +115,11 @@ class EventLogTables:
         revision = (storage.alembic_version() or (None, None))[0] if tested else None
         if dg.__version__ != TESTED_DAGSTER or tested is None or revision != tested:
             on = ", ".join(f"{rev} on {name}" for name, rev in TESTED_REVISIONS.items())
-            raise SetupError(
+            raise UntestedStorageError(
                 f"{job}: the history retention's deletes were tested on Dagster {TESTED_DAGSTER}"
                 f" with the event log at alembic revision {on}; this instance has Dagster "
-                f"{dg.__version__}, its event log on {dialect} at revision {revision}: check "
-                "assets/history/event_log_tables.py against that storage first"
+                f"{dg.__version__}, its event log on {dialect} at revision {revision}: "
+                f"{SKIPPED}"
             )
         return cls(storage)
 

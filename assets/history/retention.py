@@ -14,10 +14,17 @@ Kept whatever their age: materializations, and the runs that made them (they are
 partitions' status: a date whose materialization went would look missing and be built again);
 each asset's newest observation; for each check and partition its newest execution and its newest
 completed one (Dagster reads a check's status from them, per date for a partitioned check); and
-the runs that hold any of these or that an asset names as its last run.
+the runs that hold any of these or that an asset names as its last run, for as long as they do:
+each purge looks again at the runs the previous one kept for that alone.
+
+The run deletes use Dagster's API and run on any Dagster version; the deletes from Dagster's
+tables run only on the storage they were tested on (event_log_tables.py), and are otherwise
+skipped with a warning that says so (then every run that evaluated a check is kept too).
 """
 
 import contextlib
+import json
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -26,7 +33,13 @@ from datetime import UTC, datetime
 import dagster as dg
 from pydantic import Field
 
-from tidelake.assets.history.event_log_tables import RUNLESS_RUN_ID, EventLogTables, stored_time
+from tidelake.assets.history.event_log_tables import (
+    RUNLESS_RUN_ID,
+    EventLogTables,
+    UntestedStorageError,
+    stored_time,
+    untested_dagster_warning,
+)
 from tidelake.streaming.settings import EngineSettings
 
 RETENTION_JOB = "dagster_history_retention"
@@ -40,6 +53,10 @@ FINISHED = (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.Dagster
 NOT_FINISHED = tuple(status for status in dg.DagsterRunStatus if status not in FINISHED)
 LAST_CUTOFF_KEY = "tidelake/dagster_history_purged_before"
 """The previous purge's cutoff (a Unix time), in the instance's key-value storage."""
+KEPT_RUNS_KEY = "tidelake/dagster_history_kept_runs"
+"""The ended runs the previous purge kept only as an asset's or a check's newest record (JSON)."""
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,45 +66,81 @@ class PurgedHistory:
     runs: int
     events: int
     check_executions: int
+    skipped: str | None = None
+    """Why the deletes from Dagster's tables were skipped (an untested storage), if they were."""
 
 
-def purge_dagster_history(instance: dg.DagsterInstance, before: float) -> PurgedHistory:
+def purge_dagster_history(
+    instance: dg.DagsterInstance, before: float, log: logging.Logger | None = None
+) -> PurgedHistory:
     """Delete the history older than `before` (a Unix time) that the module's docstring names.
 
-    Refused in one line on a storage, Dagster version or schema the deletes were not tested on
-    (event_log_tables.py)."""
-    tables = EventLogTables.of(instance, RETENTION_JOB)
+    On a storage, Dagster version or schema the table deletes were not tested on
+    (event_log_tables.py) only Dagster's API is used: ended runs are deleted with delete_run,
+    the deletes from Dagster's tables are skipped, with a warning saying so (PurgedHistory.skipped).
+    """
+    try:
+        tables: EventLogTables | None = EventLogTables.of(instance, RETENTION_JOB)
+        skipped = None
+    except UntestedStorageError as untested:
+        tables, skipped = None, str(untested)
+        (log or logger).warning(skipped)
     cutoff = datetime.fromtimestamp(before, UTC)
     since = _previous_cutoff(instance)
-    kept_executions = tables.kept_check_executions()
+    kept_executions = tables.kept_check_executions() if tables else []
     kept_runs = _runs_holding_kept_records(instance) | {run_id for _, run_id in kept_executions}
-    # a run ended before the previous purge's cutoff was kept then, and still is (it holds a
-    # materialization) or nearly so (a newest record of a long quiet asset): not asked again
-    ended = instance.get_run_records(
-        dg.RunsFilter(statuses=list(FINISHED), updated_before=cutoff, updated_after=since)
-    )
+    still_kept: set[str] = set()
     deleted_runs = 0
-    for record in ended:
+    for record in _ended_runs(instance, cutoff, since):
         run_id = record.dagster_run.run_id
-        if run_id in kept_runs or _materialized(instance, run_id):
+        if _kept_for_good(instance, run_id, checks=tables is None):
             continue
-        tables.delete_run_events(run_id)
+        if run_id in kept_runs:
+            still_kept.add(run_id)  # looked at again by the next purge
+            continue
+        if tables:
+            tables.delete_run_events(run_id)
         instance.delete_run(run_id)
         _delete_run_files(instance, tables, run_id)
         deleted_runs += 1
-    older = stored_time(before)
-    check_executions = tables.delete_check_executions(older, {i for i, _ in kept_executions})
-    # on PostgreSQL every run's events are in the index; on SQLite the mirrored asset events
-    events = tables.delete_expired_events(
-        tables.index, older, EXPIRING_EVENTS, tables.kept_evaluation_events()
+    events = check_executions = 0
+    if tables:
+        older = stored_time(before)
+        check_executions = tables.delete_check_executions(older, {i for i, _ in kept_executions})
+        # on PostgreSQL every run's events are in the index; on SQLite the mirrored asset events
+        events = tables.delete_expired_events(
+            tables.index, older, EXPIRING_EVENTS, tables.kept_evaluation_events()
+        )
+        if tables.run_sharded:
+            # a shard's ids are its own: the index's kept evaluations name none of them
+            for run_id in (RUNLESS_RUN_ID, *_runs_with_events_to_expire(instance, cutoff, since)):
+                shard = tables.shard(run_id)
+                events += tables.delete_expired_events(shard, older, EXPIRING_EVENTS, tags=False)
+    instance.daemon_cursor_storage.set_cursor_values(
+        {LAST_CUTOFF_KEY: str(before), KEPT_RUNS_KEY: json.dumps(sorted(still_kept))}
     )
-    if tables.run_sharded:
-        # a shard's ids are its own: the index's kept evaluations name none of them
-        for run_id in (RUNLESS_RUN_ID, *_runs_with_events_to_expire(instance, cutoff, since)):
-            shard = tables.shard(run_id)
-            events += tables.delete_expired_events(shard, older, EXPIRING_EVENTS, tags=False)
-    instance.daemon_cursor_storage.set_cursor_values({LAST_CUTOFF_KEY: str(before)})
-    return PurgedHistory(deleted_runs, events, check_executions)
+    return PurgedHistory(deleted_runs, events, check_executions, skipped)
+
+
+def _ended_runs(
+    instance: dg.DagsterInstance, cutoff: datetime, since: datetime | None
+) -> list[dg.RunRecord]:
+    """The runs that ended before the cutoff and that no purge looked at yet (ended after the
+    previous purge's cutoff), plus those the previous purge kept only as an asset's newest
+    record: a newer one may have replaced it since. A run that materialized is kept for good,
+    so not asked again; without the bound a daily purge would read every such run ever kept."""
+    ended = list(
+        instance.get_run_records(
+            dg.RunsFilter(statuses=list(FINISHED), updated_before=cutoff, updated_after=since)
+        )
+    )
+    values = instance.daemon_cursor_storage.get_cursor_values({KEPT_RUNS_KEY})
+    again = set(json.loads(values.get(KEPT_RUNS_KEY) or "[]")) - {
+        r.dagster_run.run_id for r in ended
+    }
+    if again:
+        ended += instance.get_run_records(dg.RunsFilter(run_ids=sorted(again)))
+    return ended
 
 
 def _previous_cutoff(instance: dg.DagsterInstance) -> datetime | None:
@@ -120,14 +173,22 @@ def _runs_with_events_to_expire(
     return sorted({*instance.get_run_ids(running), *instance.get_run_ids(updated)})
 
 
-def _materialized(instance: dg.DagsterInstance, run_id: str) -> bool:
-    records = instance.get_records_for_run(
-        run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=1
-    ).records
-    return bool(records)
+def _kept_for_good(instance: dg.DagsterInstance, run_id: str, checks: bool) -> bool:
+    """Whether the run materialized an asset (its record is a partition's status); with
+    `checks`, also whether it evaluated a check: without the table deletes the purge cannot tell
+    a check's newest execution per date, so it keeps every run that holds one."""
+    kinds = {dg.DagsterEventType.ASSET_MATERIALIZATION}
+    if checks:
+        kinds |= {
+            dg.DagsterEventType.ASSET_CHECK_EVALUATION,
+            dg.DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED,
+        }
+    return any(instance.get_records_for_run(run_id, of_type=kinds, limit=1).records)
 
 
-def _delete_run_files(instance: dg.DagsterInstance, tables: EventLogTables, run_id: str) -> None:
+def _delete_run_files(
+    instance: dg.DagsterInstance, tables: EventLogTables | None, run_id: str
+) -> None:
     """What a deleted run leaves on disk: its captured stdout and stderr (a compute log manager
     that cannot delete keeps them), and on SQLite its own file, which delete_run empties and
     leaves behind (~100 KB a run, 24 upkeep runs a day).
@@ -138,7 +199,7 @@ def _delete_run_files(instance: dg.DagsterInstance, tables: EventLogTables, run_
     went with delete_run."""
     with contextlib.suppress(NotImplementedError):
         instance.compute_log_manager.delete_logs(prefix=[run_id])
-    if tables.run_sharded:
+    if tables and tables.run_sharded:
         path = tables.storage.path_for_shard(run_id)
         for name in (path, f"{path}-wal", f"{path}-shm"):
             with contextlib.suppress(FileNotFoundError):
@@ -157,7 +218,9 @@ class HistoryRetention(dg.Config):
 )
 def purge_dagster_history_op(context: dg.OpExecutionContext, config: HistoryRetention) -> None:
     started = time.monotonic()
-    purged = purge_dagster_history(context.instance, time.time() - config.days * 86_400)
+    purged = purge_dagster_history(
+        context.instance, time.time() - config.days * 86_400, context.log
+    )
     context.log.info(
         f"deleted {purged.runs} runs, {purged.events} events and {purged.check_executions} "
         f"check executions older than {config.days:g} days ({time.monotonic() - started:.1f} s)"
@@ -165,11 +228,16 @@ def purge_dagster_history_op(context: dg.OpExecutionContext, config: HistoryRete
 
 
 def build_history_retention_job(settings: EngineSettings) -> dg.JobDefinition:
-    """The job; its retention is TIDELAKE_DAGSTER_HISTORY_DAYS unless a launch's config says."""
+    """The job; its retention is TIDELAKE_DAGSTER_HISTORY_DAYS unless a launch's config says.
+    On a Dagster the table deletes were not tested on, the code location says so as it loads (a
+    warning in its log and in the job's description)."""
+    untested = untested_dagster_warning(RETENTION_JOB)
+    if untested:
+        logger.warning(untested)
 
     @dg.job(
         name=RETENTION_JOB,
-        description=purge_dagster_history_op.description,
+        description=" ".join(filter(None, (purge_dagster_history_op.description, untested))),
         config=dg.RunConfig(
             ops={"purge_dagster_history_op": HistoryRetention(days=settings.dagster_history_days)}
         ),

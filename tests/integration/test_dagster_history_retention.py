@@ -12,14 +12,18 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
-from tidelake.assets.history.event_log_tables import BATCH_ROWS, RUNLESS_RUN_ID, TESTED_DAGSTER
+from tidelake.assets.history.event_log_tables import (
+    BATCH_ROWS,
+    RUNLESS_RUN_ID,
+    TESTED_DAGSTER,
+    untested_dagster_warning,
+)
 from tidelake.assets.history.retention import (
     RETENTION_JOB,
     _previous_cutoff,
     _runs_with_events_to_expire,
     purge_dagster_history,
 )
-from tidelake.streaming.errors import SetupError
 
 TABLE = dg.AssetKey(["lake", "events"])
 ALIVE = dg.AssetCheckKey(TABLE, "stream_alive")
@@ -239,24 +243,76 @@ def test_a_check_planned_in_a_failed_run_keeps_the_last_completed_result(
         assert instance.get_run_by_id(failed.run_id) is not None
 
 
-def test_a_dagster_or_schema_it_was_not_tested_with_is_refused_untouched(
-    make_instance: Any, monkeypatch: pytest.MonkeyPatch
+def test_on_a_dagster_or_schema_it_was_not_tested_with_only_dagster_s_api_is_used(
+    make_instance: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The deletes name Dagster's tables: another Dagster version, or the event log at another
-    alembic revision, is refused in one line naming both, before anything is deleted."""
+    """The table deletes name Dagster's tables: on another Dagster version, or with the event log
+    at another alembic revision, they are skipped with a warning naming both, while the ended
+    runs that hold nothing kept are still deleted through Dagster's API."""
     with make_instance() as instance:
         _history(instance)
         with monkeypatch.context() as patched:
             patched.setattr(dg, "__version__", "1.14.0")
-            with pytest.raises(SetupError, match=f"tested on Dagster {TESTED_DAGSTER} .*1.14.0"):
-                purge_dagster_history(instance, before=time.time() + 1)
+            purged = purge_dagster_history(instance, before=time.time() + 1)
+        assert purged.skipped is not None and "\n" not in purged.skipped
+        assert f"tested on Dagster {TESTED_DAGSTER}" in purged.skipped
+        assert "this instance has Dagster 1.14.0" in purged.skipped
+        assert purged.skipped in caplog.text
+        assert (purged.runs, purged.events, purged.check_executions) == (1, 0, 0)
+        assert [r.job_name for r in instance.get_runs()] == ["__ephemeral_asset_job__"]
+        # the runless observations and evaluations stay; the upkeep's went with its run
+        assert len(_observations(instance)) == 3 and _evaluations(instance) == 4
+
         with instance.event_log_storage.index_connection() as conn:  # a later schema
             conn.execute(sa.text("update alembic_version set version_num = 'f00dfeed1234'"))
-        with pytest.raises(SetupError, match="at revision f00dfeed1234") as refused:
-            purge_dagster_history(instance, before=time.time() + 1)
-        assert "\n" not in str(refused.value)
-        assert len(_observations(instance)) == 4 and _evaluations(instance) == 4
-        assert len(instance.get_runs()) == 2
+        newest = upkeep.execute_in_process(instance=instance).run_id  # the newest observation
+        purged = purge_dagster_history(instance, before=time.time() + 1)
+        assert purged.skipped is not None and "at revision f00dfeed1234" in purged.skipped
+        assert purged.runs == 0 and instance.get_run_by_id(newest) is not None
+
+
+def test_the_code_location_warns_on_a_dagster_the_deletes_were_not_tested_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tidelake.assets.history.retention import build_history_retention_job
+    from tidelake.streaming.settings import load_engine_settings
+
+    assert untested_dagster_warning(RETENTION_JOB) is None
+    monkeypatch.setattr(dg, "__version__", "1.14.0")
+    job = build_history_retention_job(load_engine_settings())
+    warning = untested_dagster_warning(RETENTION_JOB)
+    assert warning is not None and "Dagster 1.14.0" in warning and "skipped" in warning
+    assert warning in caplog.text and warning in (job.description or "")
+
+
+@pytest.mark.parametrize("dagster_version", ["tested", "untested"])
+def test_thirty_daily_purges_leave_no_run_older_than_the_retention_but_the_newest_per_asset(
+    make_instance: Any, monkeypatch: pytest.MonkeyPatch, dagster_version: str
+) -> None:
+    """Each "day" an upkeep run, every tenth day a run that observes a quiet asset (its newest
+    observation, so kept while no later one exists), then the daily purge with a retention of two
+    days: a run kept once as the newest record is looked at again and deleted once a newer run
+    holds it."""
+    if dagster_version == "untested":
+        monkeypatch.setattr(dg, "__version__", "1.14.0")
+    with make_instance() as instance:
+        days: list[float] = []
+        for day in range(30):
+            upkeep.execute_in_process(instance=instance)
+            if day % 10 == 0:
+                observer.execute_in_process(instance=instance)
+            time.sleep(0.01)
+            days.append(time.time())
+            if len(days) > 2:
+                purge_dagster_history(instance, before=days[-3])
+        cutoff = datetime.fromtimestamp(days[-3], UTC)
+        old = instance.get_run_records(dg.RunsFilter(updated_before=cutoff))
+        newest = {
+            r.run_id for key in (TABLE, QUIET) for r in instance.fetch_observations(key, 1).records
+        }
+        last_runs = {r.asset_entry.last_run_id for r in instance.get_asset_records()}
+        assert {r.dagster_run.run_id for r in old} <= newest | last_runs
+        assert len(old) <= 2  # the newest observation of each asset: TABLE's upkeep, QUIET's
 
 
 def test_deletes_go_in_bounded_batches(make_instance: Any) -> None:
