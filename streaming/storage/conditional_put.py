@@ -30,8 +30,12 @@ from tidelake.streaming.storage.s3_settings import S3Settings, s3_client, s3_set
 from tidelake.streaming.storage.uri import is_object_store, join
 
 PROBE_FOLDER = "_tidelake_probe"
-_TEMPORARY = re.compile(r"_.+\.[0-9a-f]{32}\.tmp")
-"""The name of a temporary file of a local put: `_<name>.<uuid>.tmp`."""
+_TEMPORARY = re.compile(
+    r"_.+\.[0-9a-f]{32}\.tmp"
+    r"|\..+\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.tmp"
+)
+"""The name of a temporary file of a local put: `_<name>.<uuid hex>.tmp` (put_if_absent), or
+`.<name>.<uuid>.tmp` (the JVM's AtomicLocalLogStore, delta-spark's commits and checkpoints)."""
 _REFUSED = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 
 
@@ -138,8 +142,9 @@ put with an OSError (its batch is tried again), it never commits half an entry."
 
 def remove_leftovers(folder: str, now: float | None = None) -> list[str]:
     """Delete the temporary files that puts into the local `folder` left when their process
-    died between writing and linking, if older than LEFTOVER_AFTER_S; their names. Nothing on
-    an object store, where a put is one request."""
+    died between writing and linking, if older than LEFTOVER_AFTER_S; their names. Python's puts
+    and the JVM log store's alike (_TEMPORARY). Nothing on an object store, where a put is one
+    request."""
     if is_object_store(folder):
         return []
     now = time.time() if now is None else now

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -215,14 +216,19 @@ def test_the_upkeep_deletes_what_a_writer_that_died_before_linking_left(tmp_path
     commit_batch(uri, 1)
     left = Path(entry_uri(uri, 2)).with_name(f"_{2:020d}.json.{'a' * 32}.tmp")
     live = Path(entry_uri(uri, 2)).with_name(f"_{2:020d}.json.{'b' * 32}.tmp")
-    for temporary in (left, live):
+    # the JVM's AtomicLocalLogStore (delta-spark): `.<name>.<UUID.randomUUID()>.tmp`
+    jvm_left = Path(entry_uri(uri, 2)).with_name(f".{2:020d}.json.{uuid.uuid4()}.tmp")
+    jvm_live = Path(entry_uri(uri, 2)).with_name(f"._last_checkpoint.{uuid.uuid4()}.tmp")
+    for temporary in (left, live, jvm_left, jvm_live):
         temporary.write_bytes(b'{"commitInfo":{}}\n')
     long_ago = time.time() - LEFTOVER_AFTER_S - 60
     os.utime(left, (long_ago, long_ago))
+    os.utime(jvm_left, (long_ago, long_ago))
 
     result = upkeep_log(uri)
 
-    assert result.leftovers_removed == (left.name,)
+    assert sorted(result.leftovers_removed) == sorted((left.name, jvm_left.name))
     assert not left.exists() and live.exists()
+    assert not jvm_left.exists() and jvm_live.exists()
     commit_batch(uri, 2)
     assert sorted(open_table(uri).to_pyarrow_table()["n"].to_pylist()) == [1, 2]
