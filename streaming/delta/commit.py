@@ -16,7 +16,9 @@ a zombie driver of the same batch), `read_winners` reads the versions that follo
 file each, as Delta's rule for a blind append asks: an application transaction that records the
 batch already (the batch is then skipped), a protocol this writer cannot honour (refused), a
 metadata change (the batch is checked again against the new schema and partitioning, and refused
-if it no longer fits, where delta-spark aborts with MetadataChangedException).
+if it no longer fits, where delta-spark aborts with MetadataChangedException). Before each put the
+version this process last knew is looked for by name: a log that went back (the folder replaced by
+an older copy) stops the stream (TableReplacedError) instead of taking a version after a gap.
 
 The snapshot is read again, one listing, when the stream checkpoints the table (every
 `delta.checkpointInterval` versions: a streamed checkpoint, a fraction of a second, where
@@ -52,7 +54,7 @@ from tidelake.streaming.delta import log_append
 from tidelake.streaming.delta.commit_races import retry_lost_commits
 from tidelake.streaming.delta.files import DataFile
 from tidelake.streaming.delta.tables import open_table, write_table
-from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.errors import SetupError, TidelakeError
 from tidelake.streaming.settings import (
     DELTA_CHECKPOINT_INTERVAL,
     REREAD_AFTER_S,
@@ -66,6 +68,11 @@ log = logging.getLogger(__name__)
 
 class DeltaCommitError(TidelakeError, RuntimeError):
     """Files cannot be committed as described; nothing was committed."""
+
+
+class TableReplacedError(SetupError, RuntimeError):
+    """The table's log is older than the version this process committed: the folder was
+    replaced by an older copy (a restore from backup). Appending would leave a gap in the log."""
 
 
 @dataclass(frozen=True)
@@ -104,14 +111,36 @@ class StreamedTable:
         self._read()
 
     def transaction_version(self, app_id: str) -> int | None:
-        """The newest batch of `app_id` the table holds, as far as this process knows."""
-        known = (self.transactions.get(app_id), self.snapshot.transaction_version(app_id))
-        return max((v for v in known if v is not None), default=None)
+        """The batch of `app_id` the table holds as its latest transaction, as far as this
+        process knows: one appended or read after the snapshot, else the snapshot's (PROTOCOL.md:
+        the latest `txn` of an app id wins, whatever its version)."""
+        if app_id in self.transactions:
+            return self.transactions[app_id]
+        return self.snapshot.transaction_version(app_id)
 
     def reread(self) -> None:
-        """Bring the snapshot up to date: one listing of `_delta_log` from its version."""
-        self.snapshot.update_incremental()
+        """Bring the snapshot up to date: one listing of `_delta_log` from its version. A log
+        whose latest version is older than this process's is a replaced table
+        (TableReplacedError)."""
+        known = self.version
+        try:
+            self.snapshot.update_incremental()
+        except DeltaError:  # the versions it had went: the folder was replaced
+            self.snapshot = open_table(self.table_uri, without_files=True)
         self._read()
+        if self.version < known:
+            raise _replaced(self.table_uri, known, self.version)
+
+    def require_own_version(self) -> None:
+        """Raise TableReplacedError if the log's latest version is older than the one this
+        process last committed or read (the folder replaced by an older copy). One look at that
+        version's entry by name; the log is listed only when it is gone, which the upkeep also
+        does to entries older than the log retention behind a checkpoint."""
+        if self.version < 0 or log_append.entry_exists(self.table_uri, self.version):
+            return
+        latest = open_table(self.table_uri, without_files=True).version()
+        if latest < self.version:
+            raise _replaced(self.table_uri, self.version, latest)
 
     def reread_if_old(self) -> None:
         if time.monotonic() - self.read_at > REREAD_AFTER_S:
@@ -137,7 +166,9 @@ class StreamedTable:
 
     def append(self, entry: bytes, app_id: str, batch: int) -> bool:
         """Create the next version with `entry`, batch `batch` of `app_id`; False if another
-        writer created it first, whose version this process then reads (see read_winners)."""
+        writer created it first, whose version this process then reads (see read_winners).
+        Never after a log that went back (require_own_version): that would leave a gap."""
+        self.require_own_version()
         if log_append.put_entry(self.table_uri, self.version + 1, entry):
             self.version += 1
             self.transactions[app_id] = batch
@@ -154,16 +185,24 @@ class StreamedTable:
         while (actions := log_append.read_entry(self.table_uri, self.version + 1)) is not None:
             self.version += 1
             for action in actions:
-                if "txn" in action:
+                if "txn" in action:  # the latest of an app id wins (PROTOCOL.md)
                     txn = action["txn"]
-                    done = self.transactions.get(txn["appId"], -1)
-                    self.transactions[txn["appId"]] = max(done, int(txn["version"]))
+                    self.transactions[txn["appId"]] = int(txn["version"])
                 elif "protocol" in action:
                     log_append.require_blind_appends(action["protocol"], self.table_uri)
                 elif "metaData" in action:
                     metadata_changed = True
         if metadata_changed or self.version == known:  # or the version went before it was read
             self.reread()
+
+
+def _replaced(table_uri: str, known: int, latest: int) -> TableReplacedError:
+    return TableReplacedError(
+        f"{table_uri}: the log's latest version is {latest}, older than version {known} this "
+        "stream committed or read: the table was replaced by an older copy. Nothing was appended "
+        "(the next version would leave a gap); start the stream again and its start-up guard "
+        "compares the checkpoint with the restored table"
+    )
 
 
 def _require_blind_appends(table: DeltaTable) -> None:
@@ -191,11 +230,8 @@ def _latest(table_uri: str) -> StreamedTable:
     """
     table = _open_tables.get(table_uri)
     if table is not None:
-        try:
-            table.reread()
-            return table
-        except DeltaError:  # the table was replaced under us (restored from a copy): reopen
-            log.warning("%s changed under the open snapshot; reopening it", table_uri)
+        table.reread()
+        return table
     return _reopen(table_uri)
 
 

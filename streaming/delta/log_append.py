@@ -139,6 +139,11 @@ def put_entry(table_uri: str, version: int, entry: bytes) -> bool:
     return put_if_absent(entry_uri(table_uri, version), entry)
 
 
+def entry_exists(table_uri: str, version: int) -> bool:
+    """Whether version `version`'s entry is in the log: one look by name, no listing."""
+    return Location(entry_uri(table_uri, version)).exists()
+
+
 def read_entry(table_uri: str, version: int) -> list[dict[str, Any]] | None:
     """The actions of version `version` of the log, None if there is no such version."""
     try:

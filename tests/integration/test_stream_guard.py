@@ -4,6 +4,9 @@ no log or file: test_secured_kafka)."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,11 +14,15 @@ from lake_readers import read_delta
 from live_stream import produce_and_stream, run_available_now
 from stores import ON_BOTH_STORES, copy_tree, files_under
 
+from tidelake.platform.dev.dagster_web import wait_for
+from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.delta.commit import TableReplacedError
+from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.kafka.admin import ensure_topic
 from tidelake.streaming.storage.location import Location, filesystem
 from tidelake.streaming.stream.guard import StreamGuardError
-from tidelake.streaming.stream.query import FlowStream
+from tidelake.streaming.stream.query import FlowStream, await_query
 
 
 def _flow(topic: str) -> Any:
@@ -86,3 +93,64 @@ def test_a_deleted_data_file_is_refused_with_its_dates(
     assert "names 1 data file(s) that do not exist" in message
     assert victim.split("/")[-2].removeprefix("date=") in message
     assert "repair()" in message
+
+
+def test_a_table_replaced_by_an_older_copy_under_a_running_stream_stops_it_without_a_gap(
+    spark: Any, kafka_conf: dict[str, Any], topic_name: str, engine_settings: Any
+) -> None:
+    """The table's folder is swapped for a copy taken earlier while the stream runs: its next
+    batch does not put the version after its own (a gap after the copy's latest) but stops the
+    stream with one line naming both versions; started again, the start-up guard refuses as it
+    does for any table behind its checkpoint."""
+    flow = _flow(topic_name)
+    ensure_topic(kafka_conf, flow.topic, flow.topic_partitions)
+    produce = {"malformed_share": 0.0, "progress": False}
+    first = produce_demo_events(flow, kafka_conf, count=300, seed=71, **produce)
+    stream = FlowStream(flow, engine_settings, kafka_conf)
+    stream.preflight()
+    stop, failures = threading.Event(), []
+
+    query = stream.start(spark)  # in this thread: the session is active here
+
+    def run() -> None:
+        try:
+            await_query(query, stop)
+        except Exception as exc:  # the one line the stream's process ends with (run_query)
+            failures.append(stream.batch_error() or exc)
+
+    def rows(count: int) -> int:
+        def landed() -> int | None:
+            assert not failures, failures
+            return count if read_delta(str(table)).num_rows >= count else None
+
+        return int(wait_for(landed, 300, f"{count} rows in the table", 0.5))
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    table = Path(stream.table_uri)
+    try:
+        rows(first.good)
+        copy = table.with_name("table-copy")
+        copy_tree(str(table), str(copy))
+        copied_at = open_table(str(copy)).version()
+        second = produce_demo_events(flow, kafka_conf, count=200, seed=72, **produce)
+        rows(first.good + second.good)
+        streamed_to = open_table(str(table)).version()
+        assert streamed_to > copied_at
+        os.rename(table, table.with_name("table-aside"))  # the restore: the copy in its place
+        os.rename(copy, table)
+
+        produce_demo_events(flow, kafka_conf, count=100, seed=73, **produce)
+        wait_for(lambda: failures or None, 180, "the stream to stop on the replaced table", 0.5)
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+    (failure,) = failures
+    assert isinstance(failure, TableReplacedError), repr(failure)
+    message = str(failure)
+    assert "\n" not in message
+    assert f"latest version is {copied_at}, older than version {streamed_to}" in message
+    versions = sorted(int(p.stem) for p in (table / "_delta_log").glob("*.json"))
+    assert versions == list(range(versions[0], copied_at + 1))  # nothing after the copy's latest
+    assert read_delta(str(table)).num_rows == first.good
+    _assert_refused(flow, engine_settings, kafka_conf, str(table), first.good)

@@ -37,6 +37,8 @@ EXIT_CODES = {
     "TopicMissingError": 2,
     "DeltaCommitError": 1,
     "UnsupportedTableError": 2,
+    "UntestedStorageError": 2,
+    "TableReplacedError": 2,
     "StreamFailedError": 1,
     "BackfillError": 1,
     "OutsideRetentionError": 1,

@@ -92,6 +92,34 @@ def test_versions_taken_by_other_writers_are_read_by_name(
     assert "batch 2 of app lost a commit race (1); read the log up to version 3" in caplog.text
 
 
+def test_the_latest_transaction_of_an_app_id_wins_not_the_highest(tmp_path: Path) -> None:
+    """PROTOCOL.md: the latest `txn` of an app id is the table's, whatever its version (a stream
+    that started over under the same app id). Read by name after another writer's commit, it
+    replaces the one this process knew."""
+    uri = str(tmp_path / "events")
+    commit_batch(uri, 5)
+    commit_elsewhere(uri, 2, 2)  # the same app id at batch 2: now the table's latest
+    commit_batch(uri, 1, app_id="other")  # its put finds version 2 taken and reads it by name
+    assert not batch_recorded(uri, "app", 4)
+    assert batch_recorded(uri, "app", 2)
+    assert open_table(uri).transaction_version("app") == 2  # delta-rs reads it so too
+
+
+def test_a_log_older_than_the_version_committed_is_a_replaced_table(tmp_path: Path) -> None:
+    """The table's folder swapped for an older copy: the next append puts no version after the
+    copy's latest (a gap) and says what happened, naming both versions."""
+    uri = str(tmp_path / "events")
+    for batch in (1, 2, 3):
+        commit_batch(uri, batch)
+    for version in (2, 3):  # the log as a copy taken after version 1 has it
+        os.unlink(entry_uri(uri, version))
+    with pytest.raises(
+        commit.TableReplacedError, match="latest version is 1, older than version 3"
+    ):
+        commit_batch(uri, 4)
+    assert read_entry(uri, 2) is None and open_table(uri).version() == 1
+
+
 def test_the_batch_check_reads_the_kept_open_snapshot_without_listing_the_log(
     tmp_path: Path, snapshot_reads: list[int]
 ) -> None:
