@@ -3,6 +3,7 @@ dates older than TIDELAKE_LAKE_RETENTION_DAYS, then the files no snapshot of the
 needs, as every flow's `<flow>_vacuum` job does for the flow's own tables."""
 
 import dagster as dg
+from dagster_pyspark import LazyPySparkResource
 
 from tidelake.assets.calls.detector_job import ANOMALIES_KEY
 from tidelake.assets.tables.table_maintenance import ExpiryConfig, expire_old_dates, vacuum_tables
@@ -23,8 +24,8 @@ def build_anomalies_retention_job(settings: EngineSettings) -> dg.JobDefinition:
         expire_old_dates(context, tables, ANOMALIES_PARTITION_COLUMN, days)
 
     @dg.op(name=f"vacuum_{ANOMALIES_TABLE}", ins={"after": dg.In(dg.Nothing)})
-    def vacuum(context: dg.OpExecutionContext) -> None:
-        vacuum_tables(context, tables)
+    def vacuum(context: dg.OpExecutionContext, spark: LazyPySparkResource) -> None:
+        vacuum_tables(context, tables, spark)
 
     @dg.job(
         name=f"{ANOMALIES_TABLE}_vacuum",

@@ -10,6 +10,7 @@ from functools import partial
 from typing import TypeVar
 
 import dagster as dg
+from dagster_pyspark import LazyPySparkResource
 from deltalake.exceptions import TableNotFoundError
 from pydantic import Field
 
@@ -120,8 +121,10 @@ def build_vacuum_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefiniti
                 context.log_event(event)
 
     @dg.op(name=f"vacuum_{flow.name}", pool=table_pool(flow), ins={"after": dg.In(dg.Nothing)})
-    def vacuum(context: dg.OpExecutionContext, config: VacuumConfig) -> None:
-        vacuum_tables(context, tables, config.retention_hours)
+    def vacuum(
+        context: dg.OpExecutionContext, config: VacuumConfig, spark: LazyPySparkResource
+    ) -> None:
+        vacuum_tables(context, tables, spark, config.retention_hours)
 
     @dg.job(
         name=f"{flow.name}_vacuum",
@@ -217,12 +220,15 @@ def expire_old_dates(
 def vacuum_tables(
     context: dg.OpExecutionContext,
     tables: Mapping[dg.AssetKey, str],
+    spark: LazyPySparkResource,
     retention_hours: int | None = None,
 ) -> None:
     """Vacuum each table that exists (delta/maintenance.py vacuum_table), logged and observed
-    on its asset."""
+    on its asset. The run's Spark session starts only for a table delta-rs cannot vacuum
+    safely (deletion vectors that delta-spark wrote): delta-spark's VACUUM does it."""
     for key, uri in tables.items():
-        result = _if_table_exists(context, uri, partial(vacuum_table, uri, retention_hours))
+        vacuum = partial(vacuum_table, uri, retention_hours, lambda: spark.spark_session)
+        result = _if_table_exists(context, uri, vacuum)
         if result is None:
             continue
         context.log.info(f"{uri}: removed {result.removed_files} files")

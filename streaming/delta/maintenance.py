@@ -30,8 +30,10 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, timedelta
+from typing import TYPE_CHECKING
 
 from deltalake import DeltaTable, WriterProperties
 
@@ -39,10 +41,13 @@ from tidelake.streaming.delta.commit import apply_table_properties
 from tidelake.streaming.delta.commit_races import retry_lost_commits
 from tidelake.streaming.delta.progress import snapshot_progress
 from tidelake.streaming.delta.tables import open_table
-from tidelake.streaming.errors import ConfigError
+from tidelake.streaming.errors import ConfigError, SetupError
 from tidelake.streaming.settings import load_engine_settings
 from tidelake.streaming.storage.conditional_put import remove_leftovers
 from tidelake.streaming.storage.location import Location
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
 MIN_VACUUM_RETENTION_HOURS = 168
@@ -153,24 +158,110 @@ class VacuumResult:
     table_version: int
 
 
-def vacuum_table(table_uri: str, retention_hours: int | None = None) -> VacuumResult:
+DELTA_RS_VACUUM_FEATURES = frozenset(
+    {"appendOnly", "invariants", "timestampNtz", "checkConstraints", "vacuumProtocolCheck"}
+)
+"""Table features under which every file a snapshot reads is an add's data file, all that
+delta-rs's vacuum keeps (1.6: it deletes a live deletion vector's file). A table with any other
+reader or writer feature is vacuumed by delta-spark, Delta's reference implementation, which knows
+them all (PROTOCOL.md's vacuumProtocolCheck: a vacuum checks the table's protocol first)."""
+
+SparkSessionGetter = Callable[[], "SparkSession"]
+"""How a vacuum gets a Spark session when it needs one (started then, not before)."""
+
+
+class UnsafeVacuumError(SetupError):
+    """tidelake cannot vacuum this table without deleting files its snapshots still read."""
+
+
+def vacuum_table(
+    table_uri: str,
+    retention_hours: int | None = None,
+    spark: SparkSessionGetter | None = None,
+) -> VacuumResult:
     """Delete files no snapshot within the retention needs, orphans of failed writes included,
     then checkpoint the log and drop log entries older than the log retention. The retention
     defaults to default_vacuum_retention_hours(); a shorter one than the log's is refused
-    (require_vacuum_retention)."""
+    (require_vacuum_retention).
+
+    The table's protocol is checked first: under DELTA_RS_VACUUM_FEATURES delta-rs vacuums it,
+    otherwise (deletion vectors, another engine's features) delta-spark's VACUUM in the session
+    `spark` gives; without one the table is refused (UnsafeVacuumError), never damaged."""
     if retention_hours is None:
         retention_hours = default_vacuum_retention_hours()
     require_vacuum_retention(retention_hours)
     table = open_table(table_uri)
-    removed = table.vacuum(
-        retention_hours=retention_hours,
-        dry_run=False,
-        enforce_retention_duration=False,  # require_vacuum_retention is the rule
-        full=True,
-    )
+    features = _table_features(table)
+    if features <= DELTA_RS_VACUUM_FEATURES:
+        removed = len(
+            table.vacuum(
+                retention_hours=retention_hours,
+                dry_run=False,
+                enforce_retention_duration=False,  # require_vacuum_retention is the rule
+                full=True,
+            )
+        )
+    elif spark is None:
+        raise UnsafeVacuumError(
+            f"{table_uri} has table features {sorted(features - DELTA_RS_VACUUM_FEATURES)} "
+            "whose files delta-rs's vacuum does not keep (a deletion vector's, say): not "
+            "vacuumed; vacuum it with a Spark session (delta-spark's VACUUM)"
+        )
+    else:
+        removed = vacuum_with_delta_spark(spark(), table_uri, retention_hours)
+        table = open_table(table_uri)
     table.create_checkpoint()
     table.cleanup_metadata()
-    return VacuumResult(table_uri, len(removed), retention_hours, table.version())
+    return VacuumResult(table_uri, removed, retention_hours, table.version())
+
+
+def _table_features(table: DeltaTable) -> set[str]:
+    """The table's reader and writer features; a legacy protocol's as the features they imply
+    (writer version 2: invariants and appendOnly; 3: checkConstraints; 4 and above: change data
+    feed, generated columns and more, which delta-rs's vacuum does not know to keep)."""
+    protocol = table.protocol()
+    features = {*(protocol.reader_features or ()), *(protocol.writer_features or ())}
+    legacy = protocol.min_writer_version
+    if legacy < 7:
+        features |= {"appendOnly", "invariants"} if legacy >= 2 else set()
+        features |= {"checkConstraints"} if legacy >= 3 else set()
+        features |= {f"writer version {legacy}"} if legacy >= 4 else set()
+    if protocol.min_reader_version == 2:
+        features.add("columnMapping")
+    return features
+
+
+def vacuum_with_delta_spark(spark: SparkSession, table_uri: str, retention_hours: int) -> int:
+    """delta-spark's VACUUM of the table (full: orphans too) at `retention_hours`; the files it
+    deleted, from its VACUUM END commit. Its retention check and its habit of ignoring a RETAIN
+    other than 0 (Delta 4.1+, using the table's deletedFileRetentionDuration instead) are turned
+    off for the call: require_vacuum_retention is the rule, as for delta-rs."""
+    settings = {
+        "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+        "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled": "false",
+        "spark.databricks.delta.vacuum.logging.enabled": "true",
+    }
+    before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        path = table_uri.replace("`", "``")
+        spark.sql(f"VACUUM delta.`{path}` RETAIN {retention_hours} HOURS").collect()
+    finally:
+        for key, was in before.items():
+            if was is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, was)
+    return _files_deleted_by_last_vacuum(table_uri)
+
+
+def _files_deleted_by_last_vacuum(table_uri: str) -> int:
+    for entry in open_table(table_uri, without_files=True).history(limit=5):
+        if entry.get("operation") == "VACUUM END":
+            metrics = entry.get("operationMetrics") or {}
+            return int(metrics.get("numDeletedFiles", 0))
+    return 0
 
 
 def default_vacuum_retention_hours() -> int:

@@ -203,6 +203,28 @@ def test_vacuum_job_observes_what_it_removed(setup: TableCopy) -> None:
     assert read_delta(table_uri).num_rows == report.good
 
 
+def test_vacuum_job_vacuums_a_table_with_deletion_vectors_through_delta_spark(
+    setup: TableCopy, spark: Any
+) -> None:
+    """Rows deleted in delta-spark with deletion vectors: the job's vacuum goes through the run's
+    Spark session (delta-spark's VACUUM), whose deletion vector stays and whose rows stay gone."""
+    flow, report, table_uri, defs = setup.flow, setup.report, setup.table_uri, setup.defs
+    one = read_delta(table_uri).column(flow.key_field)[0].as_py()
+    spark.sql(
+        f"ALTER TABLE delta.`{table_uri}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = true)"
+    )
+    spark.sql(f"DELETE FROM delta.`{table_uri}` WHERE {flow.key_field} = '{one}'")
+    (vector,) = Path(table_uri).glob("deletion_vector_*.bin")
+    job = defs.resolve_job_def(f"{flow.name}_vacuum")
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance)
+    assert result.success
+    assert vector.exists()
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{table_uri}`").collect()
+    assert "VACUUM END" in {row.operation for row in history}
+    assert spark.read.format("delta").load(table_uri).count() == report.good - 1
+
+
 def test_vacuum_job_deletes_the_dates_older_than_the_lake_retention(setup: TableCopy) -> None:
     """The oldest date goes from the table and its quarantine in a commit that rewrites
     nothing; DuckDB reads the rest unchanged; a second run finds nothing to delete."""
