@@ -39,6 +39,7 @@ EXIT_CODES = {
     "UnsupportedTableError": 2,
     "UntestedStorageError": 2,
     "TableReplacedError": 2,
+    "UnsafeVacuumError": 2,
     "StreamFailedError": 1,
     "BackfillError": 1,
     "OutsideRetentionError": 1,
