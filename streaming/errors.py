@@ -26,5 +26,10 @@ class SetupError(TidelakeError):
     exit_code = 2
 
 
+class StartQueryAgainError(TidelakeError, RuntimeError):
+    """A stream's batch was abandoned because its query was planned for a table or schemas that
+    changed; the query is started again (stream/query.py run_query) and the batch replays."""
+
+
 class ConfigError(SetupError, ValueError):
     """A setting is missing or invalid; the message names it."""

@@ -91,6 +91,41 @@ def running_stream(spark: Any, flow: Any, settings: Any, kafka_conf: Any) -> Ite
         runner.join(timeout=60)
 
 
+class RestartingStream(threading.Thread):
+    """The flow's stream as `tidelake stream` runs it (run_query: started again in the same
+    session when a batch asks for it), in a thread of its own; `failures` holds the one line it
+    stopped on, if it did."""
+
+    def __init__(self, spark: Any, flow: Any, settings: Any, kafka_conf: Any):
+        super().__init__(daemon=True)
+        self.spark = spark
+        self.stream = FlowStream(flow, settings, kafka_conf)
+        self.stream.preflight()
+        self.stop = threading.Event()
+        self.failures: list[BaseException] = []
+
+    def run(self) -> None:
+        jvm = self.spark._jvm  # the JVM keeps the active session per thread
+        jvm.SparkSession.setActiveSession(self.spark._jsparkSession)
+        try:
+            run_query(
+                lambda: self.stream.start(self.spark),
+                self.stop,
+                explain=self.stream.explain_failure,
+                batch_error=self.stream.batch_error,
+            )
+        except Exception as exc:
+            self.failures.append(exc)
+
+    def __enter__(self) -> RestartingStream:
+        self.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.stop.set()
+        self.join(timeout=60)
+
+
 class BackgroundProducer(threading.Thread):
     """produce_demo_events in a thread; join() returns its report."""
 

@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 
 from tidelake.streaming.delta.commit import replace_partitions
 from tidelake.streaming.delta.commit_races import retry_lost_commits
+from tidelake.streaming.delta.constraints import check_constraints
 from tidelake.streaming.delta.evolution import SchemaChangeError, evolve_table
 from tidelake.streaming.delta.files import write_data_files
 from tidelake.streaming.delta.maintenance import first_kept_date
@@ -238,10 +239,12 @@ def run_backfill(
     uri = settings.table_uri(flow.table)
     schemas = WriterSchemas.from_env(flow)
     schemas.prefetch()
+    # rows that violate the table's CHECK constraints are left out, as the stream quarantines them
+    constraints = check_constraints(open_table(uri, without_files=True).metadata().configuration)
     while True:
         records = read_records(spark, flow, kafka_conf, plan.start, plan.end)
         # the stream's decode and rules, then its deduplication
-        decoded = decode_records(records, flow, kafka_conf, schemas)
+        decoded = decode_records(records, flow, kafka_conf, schemas, constraints)
         seen = Observation(f"schemas-{uuid.uuid4().hex}")
         decoded = drop_repeats_in_batch(
             decoded.observe(seen, F.collect_set(SCHEMA_ID_COLUMN)), flow

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -52,9 +52,10 @@ from deltalake.transaction import (
 
 from tidelake.streaming.delta import log_append
 from tidelake.streaming.delta.commit_races import retry_lost_commits
+from tidelake.streaming.delta.constraints import check_constraints
 from tidelake.streaming.delta.files import DataFile
 from tidelake.streaming.delta.tables import open_table, write_table
-from tidelake.streaming.errors import SetupError, TidelakeError
+from tidelake.streaming.errors import SetupError, StartQueryAgainError, TidelakeError
 from tidelake.streaming.settings import (
     DELTA_CHECKPOINT_INTERVAL,
     REREAD_AFTER_S,
@@ -68,6 +69,11 @@ log = logging.getLogger(__name__)
 
 class DeltaCommitError(TidelakeError, RuntimeError):
     """Files cannot be committed as described; nothing was committed."""
+
+
+class ConstraintsChangedError(StartQueryAgainError):
+    """Another writer added or dropped a CHECK constraint of the table after the stream's query
+    was planned: the batch is not committed, the query starts again with the new constraints."""
 
 
 class TableReplacedError(SetupError, RuntimeError):
@@ -103,6 +109,8 @@ class StreamedTable:
     transactions: dict[str, int] = field(init=False, default_factory=dict)
     checkpoint_interval: int = field(init=False)
     """delta.checkpointInterval of the snapshot's metadata (a metadata change re-reads it)."""
+    constraints: dict[str, str] = field(init=False)
+    """The table's CHECK constraints as the snapshot's metadata has them (delta/constraints.py)."""
     read_at: float = field(init=False)
     fitting: set[tuple[pa.Schema, tuple[str, ...]]] = field(init=False, default_factory=set)
     """The batches' schemas and partitionings found to fit the snapshot's metadata."""
@@ -154,6 +162,7 @@ class StreamedTable:
         configuration = self.snapshot.metadata().configuration
         interval = configuration.get("delta.checkpointInterval", DELTA_CHECKPOINT_INTERVAL)
         self.checkpoint_interval = int(interval)
+        self.constraints = check_constraints(configuration)
         self.read_at = time.monotonic()
 
     def require_fit(self, schema: pa.Schema, partition_by: Sequence[str]) -> None:
@@ -175,6 +184,13 @@ class StreamedTable:
             return True
         self.read_winners()
         return False
+
+    def catch_up(self) -> None:
+        """Read the versions other writers committed after this process's by name (one look when
+        there is none): a batch sees the table's metadata, its constraints, as of its start."""
+        self.require_own_version()
+        if log_append.entry_exists(self.table_uri, self.version + 1):
+            self.read_winners()
 
     def read_winners(self) -> None:
         """Read the versions after this process's by name, up to the first that does not exist:
@@ -455,8 +471,11 @@ def commit_files(
     partition_by: Sequence[str],
     app_id: str,
     version: int,
+    constraints: Mapping[str, str] | None = None,
 ) -> CommitResult:
-    """Append files in one transaction, once per (app_id, version)."""
+    """Append files in one transaction, once per (app_id, version). With `constraints`, the
+    CHECK constraints the files' rows were checked against: a table whose constraints differ at
+    the put (another writer added or dropped one) is not appended to (ConstraintsChangedError)."""
     rows = sum(f.num_records for f in files)
     validate_files(table_uri, files, partition_by)
     table = _open_table(table_uri, schema, partition_by)
@@ -466,6 +485,8 @@ def commit_files(
         if _committed_already(table.transaction_version(app_id), table_uri, app_id, version):
             return CommitResult(table_uri, None, len(files), rows, skipped=True)
         table.require_fit(schema, partition_by)  # again after another writer's metadata change
+        if constraints is not None:
+            require_constraints(table, constraints)
         if table.append(entry, app_id, version):
             break
         log.warning(
@@ -484,6 +505,31 @@ def commit_files(
     if committed % table.checkpoint_interval == 0:
         _checkpoint(table)
     return CommitResult(table_uri, committed, len(files), rows, skipped=False)
+
+
+def require_constraints(table: StreamedTable, constraints: Mapping[str, str]) -> None:
+    """Raise ConstraintsChangedError unless the table's CHECK constraints are `constraints`."""
+    if table.constraints != dict(constraints):
+        raise ConstraintsChangedError(
+            f"{table.table_uri}: the CHECK constraints changed at version {table.version} "
+            f"(now {table.constraints or 'none'}, the batch was checked against "
+            f"{dict(constraints) or 'none'}): the batch is not committed, the query starts "
+            "again with the table's constraints"
+        )
+
+
+def current_constraints(table_uri: str) -> dict[str, str]:
+    """The table's CHECK constraints now, read through the kept-open table (other writers'
+    versions by name, no listing); none when there is no table yet."""
+    table = _open_tables.get(table_uri)
+    try:
+        if table is None:
+            table = _latest(table_uri)
+        else:
+            table.catch_up()
+    except TableNotFoundError:
+        return {}
+    return dict(table.constraints)
 
 
 def _checkpoint(table: StreamedTable) -> None:

@@ -28,13 +28,25 @@ from tidelake.streaming.storage.uri import join
 ENGINE_INFO = "tidelake"
 
 BLIND_APPEND_WRITER_FEATURES = frozenset(
-    {"appendOnly", "invariants", "timestampNtz", "deletionVectors", "vacuumProtocolCheck"}
+    {
+        "appendOnly",
+        "invariants",
+        "timestampNtz",
+        "deletionVectors",
+        "vacuumProtocolCheck",
+        "checkConstraints",
+    }
 )
 """Writer features whose tables take a plain add action (writer version 7). Others ask of each
 write what this one does not do (row tracking's row ids, in-commit timestamps, column mapping's
-physical names, generated and identity columns, check constraints). `invariants` (and writer
-version 2) asks to enforce the columns' `delta.invariants`, which a stream does not: a table
-whose columns carry any is refused (require_no_invariants)."""
+physical names, generated and identity columns). `invariants` (and writer version 2) asks to
+enforce the columns' `delta.invariants`, which a stream does not: a table whose columns carry any
+is refused (require_no_invariants). `checkConstraints` (and writer version 3) asks to check each
+row against the table's CHECK constraints, which the stream and the backfill do
+(delta/constraints.py: a violating row is quarantined, never written)."""
+LEGACY_WRITER_VERSION = 3
+"""The highest writer version before features whose appends are plain: 2 invariants and
+appendOnly, 3 CHECK constraints (4 adds change data feed and generated columns)."""
 
 INVARIANTS_KEY = "delta.invariants"
 
@@ -54,12 +66,15 @@ def require_blind_appends(protocol: Mapping[str, Any], table_uri: str) -> None:
     Delta protocol action: minWriterVersion, writerFeatures)."""
     writer = int(protocol.get("minWriterVersion", 1))
     features = set(protocol.get("writerFeatures") or ())
-    if writer <= 2 or (writer == 7 and features <= BLIND_APPEND_WRITER_FEATURES):
+    if writer <= LEGACY_WRITER_VERSION or (
+        writer == 7 and features <= BLIND_APPEND_WRITER_FEATURES
+    ):
         return
     asks = sorted(features - BLIND_APPEND_WRITER_FEATURES) or [f"writer version {writer}"]
     raise UnsupportedTableError(
         f"{table_uri} needs writer features a stream does not implement: {', '.join(asks)} "
-        f"(it writes tables of writer version 2, or 7 with {sorted(BLIND_APPEND_WRITER_FEATURES)})"
+        f"(it writes tables of writer version {LEGACY_WRITER_VERSION} or lower, or 7 with "
+        f"{sorted(BLIND_APPEND_WRITER_FEATURES)})"
     )
 
 

@@ -7,6 +7,10 @@ the table already holds is skipped, so a replay after a crash commits nothing tw
 table gets a commit for every batch, also an empty one, so that its transactions always say how
 far the stream has written.
 
+Rows that violate one of the table's CHECK constraints are refused in the decode like any other
+(delta/constraints.py); a batch that finds the table's constraints changed since its query was
+planned is abandoned before any commit, and the query starts again (ConstraintsChangedError).
+
 A batch is computed once: the JVM writes the good rows, and the same pass hands the refused rows
 to the driver as an observed metric (they are few, and bounded by maxOffsetsPerTrigger), which
 writes them with pyarrow. Caching the batch for a second pass cost a fifth of a steady batch
@@ -36,10 +40,16 @@ from pyspark.sql import Column, DataFrame, Observation, Row
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from tidelake.streaming.delta.commit import batch_recorded, commit_files, ensure_table
+from tidelake.streaming.delta.commit import (
+    ConstraintsChangedError,
+    batch_recorded,
+    commit_files,
+    current_constraints,
+    ensure_table,
+)
 from tidelake.streaming.delta.evolution import evolve_table
 from tidelake.streaming.delta.files import write_arrow_files, write_data_files
-from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.errors import StartQueryAgainError, TidelakeError
 from tidelake.streaming.flow.engine_columns import ERROR_COLUMN, SCHEMA_ID_COLUMN
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.flow.table_schema import quarantine_columns, table_columns
@@ -102,6 +112,9 @@ class MicroBatchWriter:
     checkpoint: str
     schemas: WriterSchemas
     times: OrderedDict[int, dict[str, float]] = field(default_factory=OrderedDict)
+    constraints: dict[str, str] = field(default_factory=dict)
+    """The table's CHECK constraints the query's decode checks rows against (its plan): a batch
+    that finds others in the table is abandoned before any commit and the query planned again."""
     """Milliseconds each recent batch spent in its parts (stream/progress_log.py reports them):
     write_ms (Spark writing the data files), quarantine_commit_ms, commit_ms (the table's Delta
     commit). A stream passes the same one to the writers of its successive queries, so a batch's
@@ -128,6 +141,7 @@ class MicroBatchWriter:
             # they did not run; the rows go nowhere, Delta holds them already
             batch.write.format("noop").mode("overwrite").save()
             return
+        self._require_planned_constraints(batch_id)
         shapes = self._shapes = self._shapes or _BatchShapes.of(batch, self.flow)
         refused = Observation(f"refused-{uuid.uuid4().hex}")
         observed = batch.observe(
@@ -149,6 +163,7 @@ class MicroBatchWriter:
                 f"batch {batch_id} holds records of schema ids {learned}, which the query's "
                 "decoder did not know; nothing of it was committed"
             )
+        self._require_planned_constraints(batch_id)  # again, right before the first commit
         # quarantine first: once the main table records a batch, all of it is written
         if refused_rows and not batch_recorded(self.quarantine_uri, txn, batch_id):
             started = time.perf_counter()
@@ -175,8 +190,20 @@ class MicroBatchWriter:
             partition_by=[self.flow.partition_column],
             app_id=txn,
             version=batch_id,
+            constraints=self.constraints,
         )
         times["commit_ms"] = _ms_since(started)
+
+    def _require_planned_constraints(self, batch_id: int) -> None:
+        """Raise ConstraintsChangedError if another writer added or dropped a CHECK constraint
+        of the table since the query was planned (one look at the log's next version by name)."""
+        now = current_constraints(self.table_uri)
+        if now != self.constraints:
+            raise ConstraintsChangedError(
+                f"{self.table_uri}: CHECK constraints {now or 'none'} since the query was planned "
+                f"with {self.constraints or 'none'}: batch {batch_id} is abandoned before any "
+                "commit and the query starts again with them"
+            )
 
     def _batch_timer(self, batch_id: int) -> dict[str, float]:
         """A new batch's timings, keeping the last _TIMED_BATCHES."""
@@ -211,7 +238,7 @@ class _BatchShapes:
         )
 
 
-class NewWriterSchemasError(TidelakeError, RuntimeError):
+class NewWriterSchemasError(StartQueryAgainError):
     """A micro-batch named writer schemas its query's decoder did not know; it was abandoned
     before any commit, and the query is started again with their verdicts."""
 

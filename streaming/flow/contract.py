@@ -50,6 +50,7 @@ WORDING: dict[str, str] = {
     "schema_not_registered": "schema id {id} is not in the schema registry at {registry}",
     "schema_unreadable": "{schema} cannot be read: {problem}",
     "schema_breaks_contract": "{schema} breaks the flow's contract: {problems}",
+    "check_constraint": "violates the table's CHECK constraint {name}: {expression}",
 }
 """Every reason the contract and the arrival rule give, once: the stream builds its Spark SQL
 from these (`reason_column`), and they are exported to the JVM (`service_contract` for the

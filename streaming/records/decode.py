@@ -33,6 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.classic.column import Column as ClassicColumn
 from pyspark.sql.classic.column import _to_java_column
 
+from tidelake.streaming.delta.constraints import violated_constraint
 from tidelake.streaming.flow.contract import WORDING, contract_error, reason_column
 from tidelake.streaming.flow.descriptor_set import descriptor_set
 from tidelake.streaming.flow.engine_columns import (
@@ -65,6 +66,7 @@ def decode_records(
     flow: FlowSpec,
     kafka_conf: Mapping[str, str] | None = None,
     schemas: WriterSchemas | None = None,
+    constraints: Mapping[str, str] | None = None,
 ) -> DataFrame:
     """Spark Kafka source rows -> the flow's decoded rows (see the module docstring).
 
@@ -74,6 +76,8 @@ def decode_records(
     `schemas` holds the verdicts on framed records' writer schemas (schemas/writer_schemas.py);
     without it they are read as the flow's own .proto. The `_schema_id` column names each
     framed record's schema id (null for a bare one), for the caller to learn new ones.
+    `constraints` are the table's CHECK constraints (delta/constraints.py): a row that passes
+    every other rule but violates one is refused naming it, its bytes kept for the quarantine.
     """
     schemas = schemas or WriterSchemas(flow, registry=None)
     message = protobuf_decode(records["value"], flow, schemas).alias("_message")
@@ -111,24 +115,25 @@ def decode_records(
         checks.append(_behind_a_later_record(flow, kafka_conf))
     error = F.coalesce(*checks)
     event_time = F.timestamp_micros(F.col("_event_us"))
-    return (
-        rows.withColumn(ERROR_COLUMN, error)
-        .withColumns(
-            {
-                flow.event_time_field: F.when(F.col("_event_us").isNotNull(), event_time),
-                flow.partition_column: F.to_date(
-                    F.when(F.col(ERROR_COLUMN).isNull(), event_time).otherwise(
-                        F.col("kafka_timestamp")
-                    )
-                ),
-                # only the quarantine keeps them: a good row does not carry its bytes on
-                # (through the deduplication's shuffle: +11% throughput with it)
-                RAW_KEY_COLUMN: F.when(F.col(ERROR_COLUMN).isNotNull(), F.col(RAW_KEY_COLUMN)),
-                RAW_VALUE_COLUMN: F.when(F.col(ERROR_COLUMN).isNotNull(), F.col(RAW_VALUE_COLUMN)),
-            }
-        )
-        .select(*decoded_columns(flow))
+    rows = rows.withColumn(ERROR_COLUMN, error).withColumns(
+        {
+            flow.event_time_field: F.when(F.col("_event_us").isNotNull(), event_time),
+            flow.partition_column: F.to_date(
+                F.when(F.col(ERROR_COLUMN).isNull(), event_time).otherwise(F.col("kafka_timestamp"))
+            ),
+        }
     )
+    violation = violated_constraint(constraints or {})
+    if violation is not None:  # on the row as the table would store it
+        rows = rows.withColumn(ERROR_COLUMN, F.coalesce(F.col(ERROR_COLUMN), violation))
+    return rows.withColumns(
+        {
+            # only the quarantine keeps them: a good row does not carry its bytes on
+            # (through the deduplication's shuffle: +11% throughput with it)
+            RAW_KEY_COLUMN: F.when(F.col(ERROR_COLUMN).isNotNull(), F.col(RAW_KEY_COLUMN)),
+            RAW_VALUE_COLUMN: F.when(F.col(ERROR_COLUMN).isNotNull(), F.col(RAW_VALUE_COLUMN)),
+        }
+    ).select(*decoded_columns(flow))
 
 
 def protobuf_decode(value: Column, flow: FlowSpec, schemas: WriterSchemas) -> Column:

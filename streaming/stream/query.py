@@ -15,13 +15,10 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from tidelake.streaming.delta.commit import current_constraints
 from tidelake.streaming.delta.evolution import evolve_table
-from tidelake.streaming.delta.write import (
-    MicroBatchWriter,
-    NewWriterSchemasError,
-    ensure_flow_tables,
-)
-from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.delta.write import MicroBatchWriter, ensure_flow_tables
+from tidelake.streaming.errors import StartQueryAgainError, TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.kafka.acls import READS
 from tidelake.streaming.kafka.admin import ensure_topic, require_access, require_topic
@@ -228,7 +225,8 @@ class FlowStream:
             max_offsets_per_trigger=max_offsets,
             fail_on_data_loss=self.settings.fail_on_data_loss,
         )
-        decoded = decode_records(records, self.flow, self.kafka_conf, self.schemas)
+        constraints = current_constraints(self.table_uri)
+        decoded = decode_records(records, self.flow, self.kafka_conf, self.schemas, constraints)
         ensure_flow_tables(decoded, self.flow, self.table_uri, self.quarantine_uri)
         self._writer = MicroBatchWriter(
             self.flow,
@@ -237,6 +235,7 @@ class FlowStream:
             self.checkpoint,
             self.schemas,
             self._times,
+            constraints,
         )
         seeds = remembered_keys(self.checkpoint)
         remembered = (
@@ -315,7 +314,8 @@ def run_query(
 ) -> None:
     """Start the query and await it (await_query). When a batch failed with one of tidelake's
     errors (batch_error), raise that one line instead of Spark's wrapping; start the query again,
-    in the same session, when that error was learning new writer schemas."""
+    in the same session, when that error asks for it (StartQueryAgainError: new writer schemas
+    learned, the table's CHECK constraints changed)."""
     while True:
         query = start()
         try:
@@ -325,9 +325,9 @@ def run_query(
             error = batch_error()
             if error is None:
                 raise
-            if stop.is_set() or not isinstance(error, NewWriterSchemasError):
+            if stop.is_set() or not isinstance(error, StartQueryAgainError):
                 raise error from None
-            log.info("%s: starting again to decode the writer schemas it learned", query.name)
+            log.info("%s: starting again: %s", query.name, error)
 
 
 def await_query(

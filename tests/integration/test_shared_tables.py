@@ -12,12 +12,13 @@ import datetime as dt
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lake_readers import read_delta, read_delta_spark
-from live_stream import BackgroundProducer, running_stream, wait_for_rows
+from lake_readers import delta_properties, read_delta, read_delta_spark
+from live_stream import BackgroundProducer, RestartingStream, running_stream, wait_for_rows
 
 from tidelake.platform.dev.dagster_web import wait_for
 from tidelake.platform.dev.produce import produce_demo_events
@@ -96,3 +97,67 @@ def test_rows_deleted_with_deletion_vectors_stay_deleted_through_compaction_and_
         keys = wait_for(caught_up, 300, "the live events in the table", 1.0)
     assert keys == expected
     assert any(v.exists() for v in vectors)  # the other day's, still read
+
+
+def test_a_check_constraint_added_beside_the_stream_quarantines_the_rows_that_violate_it(
+    spark: Any, kafka_conf: dict[str, Any], flow: Any, engine_settings: Any
+) -> None:
+    """delta-spark adds a CHECK constraint while the stream runs: from the next batch every row
+    that violates it is in the quarantine naming it, with its bytes, and every other row is in
+    the table once; once the constraint is dropped its rows are accepted again. delta-spark
+    reads the table throughout."""
+    first = produce_demo_events(flow, kafka_conf, count=300, seed=91, **PRODUCE)
+    with RestartingStream(spark, flow, engine_settings, kafka_conf) as running:
+        table, quarantine = running.stream.table_uri, running.stream.quarantine_uri
+
+        def landed(count: int) -> Callable[[], int | None]:
+            def probe() -> int | None:
+                assert not running.failures, running.failures
+                held = read_delta(table).num_rows + len(_violations(quarantine))
+                return held if held >= count else None
+
+            return probe
+
+        wait_for(landed(first.good), 300, "the first events", 0.5)
+        newest_us = max(
+            int(t.timestamp() * 1_000_000)
+            for t in read_delta(table).column("event_time").to_pylist()
+        )
+        rule = f"duration < 100 OR unix_micros(event_time) <= {newest_us}"
+        spark.sql(f"ALTER TABLE delta.`{table}` ADD CONSTRAINT short_new_calls CHECK ({rule})")
+        stored = delta_properties(table)["delta.constraints.short_new_calls"]  # as delta-spark
+
+        second = produce_demo_events(flow, kafka_conf, count=300, seed=92, **PRODUCE)
+        wait_for(landed(first.good + second.good), 300, "the constrained events", 0.5)
+        refused = _violations(quarantine)
+        assert {r["error"] for r in refused} == {
+            f"violates the table's CHECK constraint short_new_calls: {stored}"
+        }
+        refused_keys = set()
+        for row in refused:
+            event = CALL_EVENTS.message.FromString(row["value"])
+            assert event.duration >= 100
+            refused_keys.add(getattr(event, KEY))
+        assert refused_keys and refused_keys <= set(second.keys or [])
+        table_rows = read_delta(table).select([KEY, "duration"]).to_pylist()
+        admitted = {r[KEY] for r in table_rows} - set(first.keys or [])
+        assert admitted | refused_keys == set(second.keys or [])
+        assert all(r["duration"] < 100 for r in table_rows if r[KEY] in admitted)
+
+        spark.sql(f"ALTER TABLE delta.`{table}` DROP CONSTRAINT short_new_calls")
+        third = produce_demo_events(flow, kafka_conf, count=200, seed=93, **PRODUCE)
+        total = first.good + second.good + third.good
+        wait_for(landed(total), 300, "the events after the drop", 0.5)
+        assert len(_violations(quarantine)) == len(refused)
+
+    keys = read_delta_spark(spark, table, KEY).column(KEY).to_pylist()
+    assert len(keys) == len(set(keys)) == total - len(refused)
+    assert set(third.keys or []) <= set(keys)  # long calls too, once the constraint went
+
+
+def _violations(quarantine: str) -> list[dict[str, Any]]:
+    """The quarantine's rows refused for a CHECK constraint."""
+    if not Path(quarantine, "_delta_log").exists():
+        return []
+    rows = read_delta(quarantine).select(["error", "value"]).to_pylist()
+    return [r for r in rows if "CHECK constraint" in (r["error"] or "")]

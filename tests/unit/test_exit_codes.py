@@ -40,6 +40,8 @@ EXIT_CODES = {
     "UntestedStorageError": 2,
     "TableReplacedError": 2,
     "UnsafeVacuumError": 2,
+    "StartQueryAgainError": 1,
+    "ConstraintsChangedError": 1,
     "StreamFailedError": 1,
     "BackfillError": 1,
     "OutsideRetentionError": 1,

@@ -157,7 +157,9 @@ def test_a_protocol_change_another_writer_commits_stops_the_append(tmp_path: Pat
     ("protocol", "allowed"),
     [
         ({"minWriterVersion": 2}, True),
+        ({"minWriterVersion": 3}, True),  # CHECK constraints: checked row by row
         ({"minWriterVersion": 7, "writerFeatures": ["appendOnly", "timestampNtz"]}, True),
+        ({"minWriterVersion": 7, "writerFeatures": ["checkConstraints", "deletionVectors"]}, True),
         ({"minWriterVersion": 7, "writerFeatures": ["columnMapping"]}, False),
         ({"minWriterVersion": 4}, False),  # generated columns, change data feed
     ],
