@@ -187,8 +187,7 @@ class StreamedTable:
 
     def catch_up(self) -> None:
         """Read the versions other writers committed after this process's by name (one look when
-        there is none): a batch sees the table's metadata, its constraints, as of its start."""
-        self.require_own_version()
+        there is none): a batch sees the table's metadata, its constraints, before it commits."""
         if log_append.entry_exists(self.table_uri, self.version + 1):
             self.read_winners()
 

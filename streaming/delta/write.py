@@ -141,7 +141,6 @@ class MicroBatchWriter:
             # they did not run; the rows go nowhere, Delta holds them already
             batch.write.format("noop").mode("overwrite").save()
             return
-        self._require_planned_constraints(batch_id)
         shapes = self._shapes = self._shapes or _BatchShapes.of(batch, self.flow)
         refused = Observation(f"refused-{uuid.uuid4().hex}")
         observed = batch.observe(
@@ -163,7 +162,9 @@ class MicroBatchWriter:
                 f"batch {batch_id} holds records of schema ids {learned}, which the query's "
                 "decoder did not know; nothing of it was committed"
             )
-        self._require_planned_constraints(batch_id)  # again, right before the first commit
+        # a constraint added since the query was planned: the pass is thrown away (rare), the
+        # check right before the first commit leaves the shortest window to another writer
+        self._require_planned_constraints(batch_id)
         # quarantine first: once the main table records a batch, all of it is written
         if refused_rows and not batch_recorded(self.quarantine_uri, txn, batch_id):
             started = time.perf_counter()
