@@ -23,7 +23,9 @@ KEEP_FOREVER = -1
 
 
 def set_retention(kafka_conf: dict[str, Any], topic: str, retention_ms: int) -> None:
-    """Set the topic's retention.ms (Kafka deletes records stamped older than that)."""
+    """Set the topic's retention.ms (Kafka deletes records stamped older than that), and wait
+    until the broker serves it: the controller acknowledges the change before the broker applies
+    it, and a record stamped long ago produced in between went at the next retention check."""
     admin = AdminClient(quiet_client_config(kafka_conf))
     entry = ConfigEntry(
         "retention.ms", str(retention_ms), incremental_operation=AlterConfigOpType.SET
@@ -31,6 +33,13 @@ def set_retention(kafka_conf: dict[str, Any], topic: str, retention_ms: int) -> 
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(30)
+
+    def applied() -> bool | None:
+        described = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)])
+        (configs,) = [future.result(30) for future in described.values()]
+        return True if configs["retention.ms"].value == str(retention_ms) else None
+
+    poll_until(applied, timeout_s=60, interval_s=0.1, timeout_error=TimeoutError)
 
 
 class KafkaRecord(NamedTuple):
