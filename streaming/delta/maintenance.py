@@ -43,6 +43,7 @@ from tidelake.streaming.delta.progress import snapshot_progress
 from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.errors import ConfigError, SetupError
 from tidelake.streaming.settings import load_engine_settings
+from tidelake.streaming.spark.session import session_settings
 from tidelake.streaming.storage.conditional_put import remove_leftovers
 from tidelake.streaming.storage.location import Location
 
@@ -190,9 +191,9 @@ def vacuum_table(
     if retention_hours is None:
         retention_hours = default_vacuum_retention_hours()
     require_vacuum_retention(retention_hours)
-    table = open_table(table_uri)
-    features = _table_features(table)
+    features = _table_features(open_table(table_uri, without_files=True))
     if features <= DELTA_RS_VACUUM_FEATURES:
+        table = open_table(table_uri)
         removed = len(
             table.vacuum(
                 retention_hours=retention_hours,
@@ -246,18 +247,9 @@ def vacuum_with_delta_spark(spark: SparkSession, table_uri: str, retention_hours
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": tasks,
         "spark.sql.shuffle.partitions": tasks,
     }
-    before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        path = table_uri.replace("`", "``")
+    path = table_uri.replace("`", "``")
+    with session_settings(spark, settings):
         spark.sql(f"VACUUM delta.`{path}` RETAIN {retention_hours} HOURS").collect()
-    finally:
-        for key, was in before.items():
-            if was is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, was)
     return _files_deleted_by_last_vacuum(table_uri)
 
 

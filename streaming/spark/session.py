@@ -226,6 +226,23 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
 
 
 @contextmanager
+def session_settings(spark: SparkSession, values: Mapping[str, str]) -> Iterator[None]:
+    """The session's runtime SQL settings with these values inside the block, as they were after
+    it: a run's steps share one session, so one step's settings must not outlive it."""
+    before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in values}
+    for key, value in values.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, was in before.items():
+            if was is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, was)
+
+
+@contextmanager
 def _handlers_kept() -> Iterator[None]:
     """SIGINT and SIGTERM handlers as they were before the block (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
