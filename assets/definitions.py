@@ -1,4 +1,5 @@
-"""The one Dagster definitions root: everything per flow is generated from the flow declarations.
+"""The one Dagster definitions root: everything per flow and per use case is generated from their
+declarations.
 
 `dg dev` ([tool.dg] in pyproject.toml; what `make dev` runs) and `dagster dev -w workspace.yaml`
 load `defs` from here.
@@ -18,10 +19,12 @@ from tidelake.assets.history.retention import (
 )
 from tidelake.assets.resources import KafkaResource, engine_settings, spark_resource
 from tidelake.assets.stream.supervisor_decision import SupervisorPolicy
+from tidelake.assets.usecases.definitions import use_case_definitions
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.flow.declared import declared_flows
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.usecase.declared import declared_use_cases
 
 FLOW_ADDITIONS: dict[
     str, Callable[[FlowSpec, EngineSettings, SupervisorPolicy], dg.Definitions]
@@ -39,7 +42,9 @@ def build_definitions(
     policy = policy or SupervisorPolicy(interval_s=settings.supervisor_interval)
     declared = flows or declared_flows(settings.flow_modules)
     flows = {name: settings.deployed(flow) for name, flow in declared.items()}
+    use_cases = declared_use_cases(flows, settings.use_case_modules)
     per_flow = [flow_definitions(f, settings, policy) for f in flows.values()]
+    per_flow.append(use_case_definitions(use_cases, flows, settings, policy))
     per_flow += [
         add(flows[name], settings, policy) for name, add in FLOW_ADDITIONS.items() if name in flows
     ]

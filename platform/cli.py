@@ -60,6 +60,21 @@ def _declared_flows() -> dict[str, Any]:
     return declared_flows(load_engine_settings().flow_modules)
 
 
+def _get_use_case(name: str, flows: dict[str, Any], param: str) -> Any:
+    """The declared use case called name (tidelake's and TIDELAKE_USE_CASE_MODULES')."""
+    from tidelake.streaming.settings import load_engine_settings
+    from tidelake.streaming.usecase.declared import declared_use_cases
+
+    use_cases = declared_use_cases(flows, load_engine_settings().use_case_modules)
+    if name not in use_cases:
+        raise click.BadParameter(
+            f"no flow or use case {name!r} (flows: {', '.join(sorted(flows))}; use cases: "
+            f"{', '.join(sorted(use_cases)) or 'none'})",
+            param_hint=param,
+        )
+    return use_cases[name]
+
+
 def _get_flows(names: tuple[str, ...] | list[str], param: str) -> list[Any]:
     from tidelake.streaming.flow.declared import get_flow
 
@@ -432,7 +447,7 @@ def produce(
 
 
 @main.command()
-@click.argument("flow", metavar="FLOW")
+@click.argument("name", metavar="FLOW|USE_CASE")
 @click.option(
     "--available-now",
     is_flag=True,
@@ -458,21 +473,25 @@ def produce(
     "ended (after restoring the table from an older copy).",
 )
 def stream(
-    flow: str,
+    name: str,
     available_now: bool,
     restart_from_table: bool,
     max_offsets_per_trigger: int | None,
     master: str | None,
     spark_conf: tuple[str, ...],
 ) -> None:
-    """Run FLOW's stream: Kafka -> decode -> Delta, until SIGTERM/Ctrl-C.
+    """Run FLOW's stream: Kafka -> decode -> Delta, until SIGTERM/Ctrl-C; or USE_CASE's: its
+    input table -> its function -> its table (docs/use-cases.md).
 
     Tables go to $TIDELAKE_LAKE (default .tidelake/lake), checkpoints to $TIDELAKE_CHECKPOINTS
     (default .tidelake/checkpoints). A first SIGTERM/SIGINT stops after a consistent point; the
     next run resumes from the checkpoint.
     """
 
-    (spec,) = _get_flows([flow], "'FLOW'")
+    flows = _declared_flows()
+    use_case = None if name in flows else _get_use_case(name, flows, "'FLOW|USE_CASE'")
+    if use_case is not None and (available_now or restart_from_table):
+        raise click.UsageError("--available-now and --restart-from-table are a flow's options")
     extra: dict[str, str] = {}
     for item in spark_conf:
         key, sep, value = item.partition("=")
@@ -491,14 +510,48 @@ def stream(
     conf = kafka_client_config()
     settings.spark_conf.update(extra)
     with graceful_stop_signals() as stop:
+        if use_case is not None:
+            from tidelake.streaming.stream.runner import run_use_case_stream
+            from tidelake.streaming.usecase.declared import input_flow
+
+            run_use_case_stream(use_case, flows[input_flow(use_case)], settings, stop=stop)
+            return
         run_flow_stream(
-            spec,
+            flows[name],
             settings,
             conf,
             available_now=available_now,
             restart_from_table=restart_from_table,
             stop=stop,
         )
+
+
+@main.group("use-case")
+def use_case_group() -> None:
+    """Use cases on the lake (docs/use-cases.md)."""
+
+
+@use_case_group.command("refresh")
+@click.argument("name", metavar="USE_CASE")
+@click.option(
+    "--force", is_flag=True, help="Refresh even though its query committed within 2 minutes."
+)
+def use_case_refresh(name: str, force: bool) -> None:
+    """Rebuild USE_CASE's table from its input, after its function changed.
+
+    Its table and checkpoint are deleted; its next start (the supervisor's next run, or
+    `tidelake stream USE_CASE`) builds the table anew from the whole input. Stop it first: its
+    supervisor sensor, then its run.
+    """
+    from tidelake.streaming.settings import load_engine_settings
+    from tidelake.streaming.usecase.refresh import refresh_use_case
+
+    use_case = _get_use_case(name, _declared_flows(), "'USE_CASE'")
+    done = refresh_use_case(use_case, load_engine_settings(), force=force)
+    click.echo(
+        f"{name}: deleted {done.table_uri} and {done.checkpoint}; its next start rebuilds the "
+        "table from its input"
+    )
 
 
 @main.command()

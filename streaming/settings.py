@@ -144,6 +144,13 @@ class EngineSettings(BaseSettings):
             "besides tidelake's own: a deployment's flows in its own package"
         ),
     )
+    use_case_modules: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description=(
+            "comma-separated Python modules whose USE_CASES (a list of UseCaseSpec) are "
+            "declared besides tidelake's own: a team's use cases in its own package"
+        ),
+    )
     create_topics: bool = Field(
         default=False,
         description=(
@@ -214,7 +221,7 @@ class EngineSettings(BaseSettings):
             return storage_root(value, f"TIDELAKE_{str(info.field_name).upper()}")
         return value
 
-    @field_validator("flow_modules", mode="before")
+    @field_validator("flow_modules", "use_case_modules", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         if isinstance(value, str):

@@ -1,4 +1,5 @@
-"""Asset keys and partitions of a flow's assets, shared by the assets and the platform."""
+"""Asset keys and partitions of a flow's assets and of use cases, shared by the assets and the
+platform."""
 
 from datetime import UTC, date, datetime
 
@@ -7,6 +8,7 @@ import dagster as dg
 from tidelake.streaming.delta.maintenance import first_kept_date
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.usecase.spec import UseCaseSpec
 
 
 def topic_key(flow: FlowSpec) -> dg.AssetKey:
@@ -39,3 +41,8 @@ def daily_partitions(
     first_kept = first_kept_date(settings.lake_retention_days, today or datetime.now(UTC).date())
     start = flow.first_date if first_kept is None else max(flow.first_date, first_kept)
     return dg.DailyPartitionsDefinition(start_date=start.isoformat(), timezone="UTC")
+
+
+def use_case_key(use_case: UseCaseSpec) -> dg.AssetKey:
+    """A use case's table, beside the flows' tables under lake/."""
+    return dg.AssetKey(["lake", use_case.table])

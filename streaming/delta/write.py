@@ -67,6 +67,13 @@ def app_id(query_id: str, writer: str = "") -> str:
     return f"{APP_ID_PREFIX}{writer + '-' if writer else ''}{query_id}"
 
 
+def checkpoint_app_id(checkpoint: str, writer: str = "") -> str:
+    """app_id of the query whose checkpoint this is, from the checkpoint's metadata (Spark
+    writes it before the query's first batch)."""
+    metadata = Location(checkpoint) / "metadata"
+    return app_id(json.loads(metadata.read_text())["id"], writer)
+
+
 def good_rows(rows: DataFrame, flow: FlowSpec) -> DataFrame:
     """Rows the flow's table stores, in its column order."""
     return rows.where(F.col(ERROR_COLUMN).isNull()).select(*table_columns(flow))
@@ -216,8 +223,7 @@ class MicroBatchWriter:
     def app_id(self) -> str:
         """From the checkpoint's metadata, which Spark writes before the first batch."""
         if self._app_id is None:
-            metadata = Location(self.checkpoint) / "metadata"
-            self._app_id = app_id(json.loads(metadata.read_text())["id"])
+            self._app_id = checkpoint_app_id(self.checkpoint)
         return self._app_id
 
 

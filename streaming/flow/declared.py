@@ -6,25 +6,34 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from tidelake.streaming.errors import ConfigError
 from tidelake.streaming.flow.spec import FlowSpec
 
+T = TypeVar("T")
+
 BUILTIN_FLOW_MODULES = ("tidelake.streaming.calls.call_events",)
 
 
-def _module_flows(module_name: str) -> list[FlowSpec]:
-    """The FLOWS list of a flow module."""
+def declared_in(module_name: str, attribute: str, kind: type[T], setting: str) -> list[T]:
+    """The list `attribute` of a declaring module (FLOWS of FlowSpec, USE_CASES of
+    UseCaseSpec), imported afresh by each process that asks; a ConfigError naming `setting`
+    when the module or its list is missing."""
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"TIDELAKE_FLOW_MODULES: cannot import {module_name}: {exc}") from exc
-    flows = getattr(module, "FLOWS", None)
-    if not isinstance(flows, list | tuple) or not all(isinstance(f, FlowSpec) for f in flows):
+        raise ConfigError(f"{setting}: cannot import {module_name}: {exc}") from exc
+    declared = getattr(module, attribute, None)
+    if not isinstance(declared, list | tuple) or not all(isinstance(d, kind) for d in declared):
         raise ConfigError(
-            f"TIDELAKE_FLOW_MODULES: {module_name} must define FLOWS, a list of FlowSpec"
+            f"{setting}: {module_name} must define {attribute}, a list of {kind.__name__}"
         )
-    return list(flows)
+    return list(declared)
+
+
+def _module_flows(module_name: str) -> list[FlowSpec]:
+    return declared_in(module_name, "FLOWS", FlowSpec, "TIDELAKE_FLOW_MODULES")
 
 
 FLOWS: dict[str, FlowSpec] = {

@@ -1,4 +1,5 @@
-"""Run one flow's stream as a process: until stopped, or until caught up (--available-now).
+"""Run one flow's stream, or one use case's, as a process: until stopped, or until caught up
+(a flow's --available-now).
 
 SIGTERM and SIGINT stop the query gracefully: the batch in flight commits first (up to
 query.BATCH_GRACE_S), then the query stops. A batch abandoned all the same (a second
@@ -12,11 +13,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.stream.query import FlowStream, run_query
+from tidelake.streaming.usecase.spec import UseCaseSpec
+from tidelake.streaming.usecase.stream import UseCaseStream
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -34,19 +42,46 @@ def run_flow_stream(
     stream = FlowStream(flow, settings, kafka_conf)
     # broker, topic, checkpoint and table problems surface before Spark's start-up cost
     stream.preflight(restart_from_table=restart_from_table)
-    from tidelake.streaming.spark.session import build_spark_session
-
-    started = time.monotonic()
-    spark = build_spark_session(settings.spark_master, settings.spark_conf, f"tidelake-{flow.name}")
-    log.info("spark session ready in %.1fs", time.monotonic() - started)
     stop = stop or threading.Event()
-    try:
+    with _spark_session(settings, f"tidelake-{flow.name}") as spark:
         run_query(
             lambda: stream.start(spark, available_now=available_now, stop=stop),
             stop,
             explain=stream.explain_failure,
             batch_error=stream.batch_error,
         )
+
+
+def run_use_case_stream(
+    use_case: UseCaseSpec,
+    flow: FlowSpec,
+    settings: EngineSettings,
+    *,
+    stop: threading.Event | None = None,
+) -> None:
+    """Start Spark and the use case's query (its input is `flow`'s table), block until it
+    ends; raise if it fails."""
+    stream = UseCaseStream(use_case, flow, settings)
+    stream.preflight()
+    stop = stop or threading.Event()
+    with _spark_session(settings, f"tidelake-{stream.query_name}") as spark:
+        run_query(
+            lambda: stream.start(spark),
+            stop,
+            explain=stream.explain_failure,
+            batch_error=stream.batch_error,
+        )
+
+
+@contextmanager
+def _spark_session(settings: EngineSettings, app_name: str) -> Iterator[SparkSession]:
+    from tidelake.streaming.spark.session import build_spark_session
+
+    started = time.monotonic()
+    spark = build_spark_session(settings.spark_master, settings.spark_conf, app_name)
+    log.info("spark session ready in %.1fs", time.monotonic() - started)
+    try:
+        yield spark
     finally:
         # the state store's RocksDB closes while the JVM runs: left to the JVM's exit, a
         # compaction thread calling back into the JVM deadlocked its halt (the process ended,

@@ -111,6 +111,7 @@ def team(tmp_path_factory: pytest.TempPathFactory, kafka_conf: dict[str, Any]) -
         "PATH": f"{python.parent}{os.pathsep}{env['PATH']}",
         "VIRTUAL_ENV": str(python.parent.parent),
         "TIDELAKE_FLOW_MODULES": "team_flows.flows",
+        "TIDELAKE_USE_CASE_MODULES": "team_flows.use_cases",
         "KAFKA_BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
     }
     project = TeamProject(root, python, env)
@@ -175,6 +176,7 @@ def test_dagster_loads_the_teams_flow(team: TeamProject, jars_installed: str) ->
     assert result.returncode == 0, result.stdout + result.stderr
     listed = _checked(team.run(team.python, "-c", dg_cli, "list", "defs", "--json"))
     assert '"shipments_stream"' in listed and '"lake/shipments"' in listed
+    assert '"lake/heavy_parcels"' in listed  # the team's use case, on its flow
 
 
 @pytest.fixture

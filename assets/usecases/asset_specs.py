@@ -1,0 +1,84 @@
+"""A use case as the Dagster UI shows it: its table's asset, with an edge from its input,
+grouped with its flow, its kind, owners, column docs and health checks."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pyarrow as pa
+from deltalake.exceptions import TableNotFoundError
+
+from tidelake.assets.tables.asset_specs import column_schema
+from tidelake.assets.tables.keys import table_key, use_case_key
+from tidelake.streaming.delta.tables import open_table
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.usecase.spec import Upsert, UseCaseSpec
+from tidelake.streaming.usecase.stream import stream_job_name
+
+USE_CASE_RUNNING = "use_case_running"
+USE_CASE_FRESH = "use_case_fresh"
+
+_HOW = {
+    "append": "Rows appended as they come, exactly once per micro-batch (Delta application "
+    "transaction), partitioned by date.",
+    "upsert": "The latest row per key, updated by one idempotent MERGE per micro-batch.",
+}
+
+
+def use_case_columns(use_case: UseCaseSpec, settings: EngineSettings) -> dg.TableSchema:
+    """The table's columns with their docs: from the table once it exists (its types, the docs
+    stored as column comments), else the declared docs alone."""
+    try:
+        schema = pa.schema(open_table(settings.table_uri(use_case.table)).schema().to_arrow())
+    except (TableNotFoundError, OSError):
+        return dg.TableSchema(
+            columns=[
+                dg.TableColumn(name, "", description=doc) for name, doc in use_case.columns.items()
+            ]
+        )
+    return column_schema(schema)
+
+
+def use_case_asset_spec(
+    use_case: UseCaseSpec, flow: FlowSpec, settings: EngineSettings
+) -> dg.AssetSpec:
+    """The use case's table: written by its always-on run outside any materialization, so an
+    asset spec whose observations carry its lag."""
+    metadata: dict[str, object] = {
+        "dagster/uri": settings.table_uri(use_case.table),
+        "dagster/column_schema": use_case_columns(use_case, settings),
+        "use_case_kind": use_case.kind,
+        "function": f"{use_case.function.__module__}.{use_case.function.__qualname__}",
+        "job": stream_job_name(use_case),
+        "checkpoint": settings.checkpoint_uri(use_case.checkpoint_name),
+    }
+    if isinstance(use_case.output, Upsert):
+        metadata["key"] = ", ".join(use_case.output.key)
+        metadata["sequence_by"] = use_case.output.sequence_by
+    return dg.AssetSpec(
+        use_case_key(use_case),
+        deps=[table_key(flow)],
+        description=f"{use_case.description} {_HOW[use_case.kind]}".strip(),
+        group_name=flow.name,
+        kinds={"spark", "delta", use_case.kind},
+        owners=list(use_case.owners),
+        metadata=metadata,
+    )
+
+
+def use_case_check_specs(use_case: UseCaseSpec) -> list[dg.AssetCheckSpec]:
+    key = use_case_key(use_case)
+    return [
+        dg.AssetCheckSpec(
+            USE_CASE_RUNNING,
+            asset=key,
+            description="A run of the use case's stream is up and not crash-looping; a failed "
+            "run's error otherwise.",
+        ),
+        dg.AssetCheckSpec(
+            USE_CASE_FRESH,
+            asset=key,
+            description="The oldest input commit the use case has not read waits at most "
+            f"{use_case.max_freshness.total_seconds():.0f} s.",
+        ),
+    ]

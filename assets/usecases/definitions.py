@@ -1,0 +1,34 @@
+"""The Dagster objects of the declared use cases, each generated from its declaration: its
+table's asset (an edge from its input, grouped with its flow), its always-on job, supervisor and
+health checks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import dagster as dg
+
+from tidelake.assets.stream.supervisor_decision import SupervisorPolicy
+from tidelake.assets.usecases.asset_specs import use_case_asset_spec
+from tidelake.assets.usecases.stream_job import use_case_definitions_of
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.usecase.declared import input_flow
+from tidelake.streaming.usecase.spec import UseCaseSpec
+
+
+def use_case_definitions(
+    use_cases: Mapping[str, UseCaseSpec],
+    flows: Mapping[str, FlowSpec],
+    settings: EngineSettings,
+    policy: SupervisorPolicy,
+) -> dg.Definitions:
+    assets, jobs, sensors, checks = [], [], [], []
+    for use_case in use_cases.values():
+        flow = flows[input_flow(use_case)]
+        job, supervisor, health = use_case_definitions_of(use_case, flow, settings, policy)
+        assets.append(use_case_asset_spec(use_case, flow, settings))
+        jobs.append(job)
+        sensors.append(supervisor)
+        checks.append(health)
+    return dg.Definitions(assets=assets, jobs=jobs, sensors=sensors, asset_checks=checks)

@@ -1,0 +1,189 @@
+"""Where a use case's micro-batches land, exactly once each.
+
+- Append: Spark writes the batch's data files and the flows' own commit path appends them with
+  the application transaction (app id of the query, version = batch id; delta/commit.py), so a
+  replayed batch commits nothing. A row that breaks one of the table's CHECK constraints stops
+  the use case, naming the constraint: the batch is not committed.
+- Upsert: one delta-spark MERGE per batch, its rows first reduced to one per key
+  (output.latest_per_key). The MERGE carries the same application transaction through Delta's
+  idempotent-DML settings (spark.databricks.delta.write.txnAppId / txnVersion, delta-io/delta
+  PR 1555), recorded in the MERGE's own commit: a batch replayed after a crash between the MERGE
+  and Spark's checkpoint finds its version recorded and Delta skips the MERGE, so running totals
+  never count a batch twice. delta-spark enforces the table's constraints itself.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from tidelake.streaming.delta.commit import (
+    DeltaCommitError,
+    batch_recorded,
+    commit_files,
+    create_table,
+    current_constraints,
+    ensure_table,
+    require_fit,
+)
+from tidelake.streaming.delta.files import write_data_files
+from tidelake.streaming.delta.tables import open_table
+from tidelake.streaming.delta.write import checkpoint_app_id
+from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.spark.session import session_settings
+from tidelake.streaming.usecase.output import (
+    KEY_PROPERTY,
+    PARTITION_COLUMN,
+    SEQUENCE_PROPERTY,
+    latest_per_key,
+)
+from tidelake.streaming.usecase.spec import Upsert, UseCaseError, UseCaseSpec
+
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+APP_ID_WRITER = "use_case"
+
+
+def prepare_table(use_case: UseCaseSpec, table_uri: str, schema: pa.Schema) -> DeltaTable:
+    """The output table, created if missing; a table whose columns, partitioning or key the
+    output no longer fits is refused, naming the use case (its table stays untouched)."""
+    try:
+        if isinstance(use_case.output, Upsert):
+            return _prepare_upsert_table(use_case.output, table_uri, schema)
+        return ensure_table(table_uri, schema, [PARTITION_COLUMN])
+    except DeltaCommitError as exc:
+        raise UseCaseError(
+            f"use case {use_case.name}: its output does not fit its table: {exc}; change the "
+            f"function back or rebuild the table (tidelake use-case refresh {use_case.name})"
+        ) from None
+
+
+def _prepare_upsert_table(upsert: Upsert, table_uri: str, schema: pa.Schema) -> DeltaTable:
+    key, sequence = ",".join(upsert.key), upsert.sequence_by
+    try:
+        table = open_table(table_uri)
+    except TableNotFoundError:
+        table = create_table(table_uri, schema, [])
+    have = table.metadata().configuration
+    declared = {KEY_PROPERTY: key, SEQUENCE_PROPERTY: sequence}
+    for prop, value in declared.items():
+        if have.get(prop, value) != value:
+            raise DeltaCommitError(
+                f"{table_uri} is keyed as {prop}={have[prop]!r}, the declaration says {value!r}"
+            )
+    require_fit(table, schema, [])
+    if any(prop not in have for prop in declared):  # a new table (or one cut off before this)
+        # delta-rs knows only Delta's own properties unless told that others are meant
+        table.alter.set_table_properties(declared, raise_if_not_exists=False)
+        table.update_incremental()
+    return table
+
+
+@dataclass
+class BatchSink:
+    """What both sinks share: the error that abandoned a batch, and when recent batches
+    committed (wall-clock seconds by batch id, for the use case's freshness)."""
+
+    use_case: UseCaseSpec
+    table_uri: str
+    checkpoint: str
+    commit_times: dict[int, float] = field(default_factory=dict, init=False)
+    failure: TidelakeError | None = field(default=None, init=False)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        try:
+            self.write(batch, batch_id)
+        except TidelakeError as exc:
+            self.failure = exc
+            raise
+        self.commit_times[batch_id] = time.time()
+        while len(self.commit_times) > _KEPT_COMMIT_TIMES:
+            self.commit_times.pop(next(iter(self.commit_times)))
+
+    @property
+    def app_id(self) -> str:
+        return checkpoint_app_id(self.checkpoint, APP_ID_WRITER)
+
+    def write(self, batch: DataFrame, batch_id: int) -> None:
+        raise NotImplementedError
+
+
+_KEPT_COMMIT_TIMES = 200
+
+
+@dataclass
+class AppendSink(BatchSink):
+    """foreachBatch of an Append use case."""
+
+    schema: pa.Schema = field(kw_only=True)
+
+    def write(self, batch: DataFrame, batch_id: int) -> None:
+        txn = self.app_id
+        if batch_recorded(self.table_uri, txn, batch_id):
+            return
+        constraints = current_constraints(self.table_uri)
+        if constraints:
+            self._require_constraints(batch, constraints)
+        files = write_data_files(batch, self.table_uri, PARTITION_COLUMN, f"batch-{batch_id}")
+        commit_files(
+            self.table_uri,
+            files,
+            schema=self.schema,
+            partition_by=[PARTITION_COLUMN],
+            app_id=txn,
+            version=batch_id,
+            constraints=constraints,
+        )
+
+    def _require_constraints(self, batch: DataFrame, constraints: dict[str, str]) -> None:
+        for name, expression in constraints.items():
+            if not batch.where(~F.coalesce(F.expr(expression), F.lit(False))).isEmpty():
+                raise UseCaseError(
+                    f"use case {self.use_case.name}: its rows violate the table's CHECK "
+                    f"constraint {name}: {expression}"
+                )
+
+
+@dataclass
+class UpsertSink(BatchSink):
+    """foreachBatch of an Upsert use case: one idempotent MERGE of the batch's latest rows."""
+
+    def write(self, batch: DataFrame, batch_id: int) -> None:
+        from delta.tables import DeltaTable as SparkDeltaTable
+
+        upsert = self.use_case.output
+        assert isinstance(upsert, Upsert)
+        session = batch.sparkSession
+        rows = latest_per_key(batch, upsert)
+        with session_settings(session, {TXN_APP_ID: self.app_id, TXN_VERSION: str(batch_id)}):
+            merge_latest(SparkDeltaTable.forPath(session, self.table_uri), rows, upsert)
+
+
+def merge_latest(target: object, rows: DataFrame, upsert: Upsert) -> None:
+    """MERGE rows (one per key) into target: a newer row by sequence_by replaces the stored
+    one's columns, sums are added, a new key is inserted."""
+    key, sums = list(upsert.key), list(upsert.sums)
+    latest = [upsert.sequence_by] + [
+        c for c in rows.columns if c not in (*key, *sums, upsert.sequence_by)
+    ]
+
+    def ordered(side: str) -> str:
+        return f"struct({', '.join(f'{side}.`{c}`' for c in latest)})"
+
+    newer = f"{ordered('s')} > {ordered('t')}"
+    assignments = {f"`{c}`": f"CASE WHEN {newer} THEN s.`{c}` ELSE t.`{c}` END" for c in latest}
+    assignments.update({f"`{c}`": f"t.`{c}` + s.`{c}`" for c in sums})
+    condition = " AND ".join(f"t.`{c}` = s.`{c}`" for c in key)
+    (
+        target.alias("t")  # type: ignore[attr-defined]
+        .merge(rows.alias("s"), condition)
+        .whenMatchedUpdate(set=assignments)
+        .whenNotMatchedInsertAll()
+        .execute()
+    )

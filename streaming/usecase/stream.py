@@ -1,0 +1,132 @@
+"""One use case's always-on query: its input table streamed, its function applied, its output
+shaped and landed by its sink (sinks.py), under a checkpoint of its own.
+
+`UseCaseStream` has the shape of a flow's `FlowStream` (preflight, start, explain_failure,
+batch_error), so the same always-on job, supervisor and `tidelake stream` run either; a
+use case's stream is one query, which a later Spark application can host beside others.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+
+from deltalake.exceptions import TableNotFoundError
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from tidelake.streaming.delta.tables import open_table
+from tidelake.streaming.errors import SetupError, TidelakeError
+from tidelake.streaming.flow.spec import FlowSpec
+from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.usecase.inputs import stream_input
+from tidelake.streaming.usecase.output import latest_per_key, shape_output, table_arrow_schema
+from tidelake.streaming.usecase.sinks import AppendSink, BatchSink, UpsertSink, prepare_table
+from tidelake.streaming.usecase.spec import Upsert, UseCaseSpec
+
+log = logging.getLogger(__name__)
+
+
+class InputMissingError(SetupError, RuntimeError):
+    """A use case's input table does not exist yet: its flow's stream creates it with its first
+    batch. The supervisor starts the use case again after its back-off."""
+
+
+def stream_job_name(use_case: UseCaseSpec) -> str:
+    """The name of its query, its Dagster job and its STREAM_TAG value."""
+    return f"use_case_{use_case.name}"
+
+
+@dataclass
+class UseCaseStream:
+    """Builds and runs the streaming query of one use case."""
+
+    use_case: UseCaseSpec
+    flow: FlowSpec
+    """The flow whose table is its input."""
+    settings: EngineSettings
+    sink: BatchSink | None = field(default=None, init=False)
+
+    @property
+    def query_name(self) -> str:
+        return stream_job_name(self.use_case)
+
+    @property
+    def table_uri(self) -> str:
+        return self.settings.table_uri(self.use_case.table)
+
+    @property
+    def input_uri(self) -> str:
+        return self.settings.table_uri(self.flow.table)
+
+    @property
+    def checkpoint(self) -> str:
+        return self.settings.checkpoint_uri(self.use_case.checkpoint_name)
+
+    def preflight(self) -> None:
+        """Fail fast, before Spark starts: storage that cannot be written, no input table."""
+        self.settings.require_usable_storage()
+        try:
+            open_table(self.input_uri, without_files=True)
+        except TableNotFoundError:
+            raise InputMissingError(
+                f"use case {self.use_case.name}: its input, flow {self.flow.name}'s table "
+                f"{self.input_uri}, does not exist yet (the flow's stream creates it with its "
+                "first batch)"
+            ) from None
+
+    def start(self, spark: SparkSession) -> StreamingQuery:
+        """Start the query; a UseCaseError (naming the use case) if its function raises or its
+        output does not fit its table, before anything is written."""
+        ((argument, _),) = self.use_case.inputs.items()
+        rows = stream_input(spark, self.input_uri, self.flow, self.use_case)
+        shaped = shape_output(self.use_case.call({argument: rows}), self.use_case)
+        if isinstance(self.use_case.output, Upsert):
+            schema = table_arrow_schema(
+                latest_per_key(shaped, self.use_case.output), self.use_case.columns
+            )
+            prepare_table(self.use_case, self.table_uri, schema)
+            self.sink = UpsertSink(self.use_case, self.table_uri, self.checkpoint)
+        else:
+            schema = table_arrow_schema(shaped, self.use_case.columns)
+            prepare_table(self.use_case, self.table_uri, schema)
+            self.sink = AppendSink(self.use_case, self.table_uri, self.checkpoint, schema=schema)
+        log.info(
+            "starting %s: %s -> %s (%s), trigger %s",
+            self.query_name,
+            self.input_uri,
+            self.table_uri,
+            self.use_case.kind,
+            self.use_case.trigger_interval,
+        )
+        return (
+            shaped.writeStream.foreachBatch(self.sink)
+            .queryName(self.query_name)
+            .outputMode("append")
+            .option("checkpointLocation", self.checkpoint)
+            .trigger(processingTime=self.use_case.trigger_interval)
+            .start()
+        )
+
+    def explain_failure(self, message: str) -> str:
+        return failure_line(self.use_case, message)
+
+    def batch_error(self) -> TidelakeError | None:
+        """Why the query's last batch was abandoned, if tidelake raised it (sinks.py)."""
+        return None if self.sink is None else self.sink.failure
+
+
+_PYTHON_ERROR = re.compile(r"^\s*(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
+
+
+def failure_line(use_case: UseCaseSpec, failure: BaseException | str) -> str:
+    """A failed query's error in one line naming the use case: the innermost Python exception
+    Spark's wrapping holds (the function's own), else its first line."""
+    text = str(failure)
+    found = _PYTHON_ERROR.findall(text)
+    if found:
+        kind, message = found[-1]
+        return f"use case {use_case.name}: {kind}: {message.strip()[:500]}"
+    first = text.strip().splitlines()[0] if text.strip() else "the query failed"
+    return f"use case {use_case.name}: {first[:500]}"

@@ -1,0 +1,264 @@
+"""Use cases' streams land exactly once: an upsert (account_activity) and an append, each its
+own query in the test's SparkSession, over a call_events table appended to by delta-rs (one
+commit per batch, as the flow's stream would) and compacted meanwhile. Each output is read back
+by delta-rs and compared with a recomputation in pandas over the whole input; a micro-batch
+replayed after its output was committed (Spark's checkpoint losing its commit, as a SIGKILL
+between the two does) changes nothing. Bad functions and outputs stop with one line naming the
+use case, their table untouched.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from lake_readers import read_delta
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.calls.use_cases import ACCOUNT_ACTIVITY
+from tidelake.streaming.flow.table_schema import table_schema
+from tidelake.streaming.polling import poll_until
+from tidelake.streaming.stream.query import StreamFailedError, run_query
+from tidelake.streaming.usecase.position import committed_input_version, measure_lag
+from tidelake.streaming.usecase.spec import Append, FlowTable, Upsert, UseCaseError, UseCaseSpec
+from tidelake.streaming.usecase.stream import UseCaseStream
+
+START_MS = int(datetime(2026, 12, 1, 23, 50, tzinfo=UTC).timestamp() * 1000)
+ACCOUNTS = [f"AC{n:032x}" for n in range(12)]
+
+
+def failed_calls(call_events: DataFrame) -> DataFrame:
+    return call_events.where(F.col("call_state") == "failed").select(
+        "call_sid", "account_sid", "event_timestamp"
+    )
+
+
+FAILED_CALLS = UseCaseSpec(
+    name="failed_calls",
+    inputs={"call_events": FlowTable("call_events")},
+    function=failed_calls,
+    output=Append(),
+)
+
+
+def call_rows(seed: int, count: int, start_ms: int, span_ms: int) -> pa.Table:
+    """Calls of a few accounts in random event-time order (older events arrive after newer)."""
+    rng = random.Random(seed)
+    times = [start_ms + rng.randrange(span_ms) for _ in range(count)]
+    failed = [rng.random() < 0.2 for _ in range(count)]
+    event_time = pa.array(
+        [datetime.fromtimestamp(t / 1000, UTC) for t in times], pa.timestamp("us", tz="UTC")
+    )
+    columns = {
+        "call_sid": [f"CA{rng.getrandbits(128):032x}" for _ in range(count)],
+        "account_sid": [rng.choice(ACCOUNTS) for _ in range(count)],
+        "duration": [0 if f else rng.randrange(1, 600) for f in failed],
+        "call_state": ["failed" if f else "completed" for f in failed],
+        "region": [rng.choice(["us1", "eu1", "ap1"]) for _ in range(count)],
+        "event_time": event_time,
+        "date": pa.compute.cast(event_time, pa.date32()),
+    }
+    schema = table_schema(CALL_EVENTS)
+    return pa.table(
+        {
+            name: pa.array(values, schema.field(name).type)
+            if not isinstance(values, pa.Array)
+            else values
+            for name, values in columns.items()
+        }
+    )
+
+
+def land(settings: Any, rows: pa.Table) -> None:
+    """Append one commit to call_events, as the flow's stream would."""
+    write_deltalake(
+        settings.table_uri(CALL_EVENTS.table), rows, mode="append", partition_by=["date"]
+    )
+
+
+def forget_last_commit(checkpoint: str) -> int:
+    """Drop the checkpoint's record of its last batch's commit, as a SIGKILL after the output's
+    commit and before Spark's does: the restarted query runs that batch again."""
+    commits = Path(checkpoint) / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    (commits / str(last)).unlink()
+    crc = commits / f".{last}.crc"
+    crc.unlink(missing_ok=True)
+    return last
+
+
+@contextmanager
+def streaming(spark: Any, settings: Any, use_case: UseCaseSpec) -> Iterator[UseCaseStream]:
+    """The use case's query running in the test's session until the block ends."""
+    stream = UseCaseStream(use_case, CALL_EVENTS, settings)
+    stream.preflight()
+    query = stream.start(spark)
+    try:
+        yield stream
+    finally:
+        query.stop()
+
+
+def caught_up(stream: UseCaseStream, input_version: int) -> None:
+    def probe() -> bool | None:
+        read = committed_input_version(stream.checkpoint)
+        return True if read is not None and read >= input_version else None
+
+    poll_until(
+        probe,
+        timeout_s=240,
+        interval_s=0.5,
+        timeout_error=lambda _: AssertionError(
+            f"{stream.query_name} did not read input version {input_version}"
+        ),
+    )
+
+
+def expected_activity(calls: pd.DataFrame) -> pd.DataFrame:
+    """account_activity recomputed: per account the call with the greatest event time (ties by
+    call_sid) and the totals."""
+    latest = calls.sort_values(["event_time", "call_sid"]).groupby("account_sid").tail(1)
+    totals = calls.assign(failed=calls["call_state"] == "failed").groupby("account_sid")
+    out = pd.DataFrame(
+        {
+            "calls": totals.size(),
+            "failed_calls": totals["failed"].sum(),
+            "duration_s": totals["duration"].sum(),
+        }
+    )
+    latest = latest.set_index("account_sid")
+    out["last_call_sid"] = latest["call_sid"]
+    out["last_event_time"] = latest["event_time"]
+    return out.sort_index()
+
+
+def stored_activity(settings: Any) -> pd.DataFrame:
+    table = read_delta(settings.table_uri(ACCOUNT_ACTIVITY.table)).to_pandas()
+    return table.set_index("account_sid").sort_index()
+
+
+@pytest.mark.timeout(900)
+def test_append_and_upsert_land_exactly_once_through_replays_and_compaction(
+    spark: Any, engine_settings: Any
+) -> None:
+    settings = engine_settings
+    table = settings.table_uri(CALL_EVENTS.table)
+    for n in range(3):  # three commits of calls around midnight, each out of event-time order
+        land(settings, call_rows(n, 400, START_MS, 20 * 60_000))
+    with (
+        streaming(spark, settings, ACCOUNT_ACTIVITY) as activity,
+        streaming(spark, settings, FAILED_CALLS) as failed,
+    ):
+        caught_up(activity, 2)
+        caught_up(failed, 2)
+        lag = measure_lag(table, activity.checkpoint, datetime.now(UTC).timestamp())
+        assert (lag.versions, lag.waiting_s) == (0, 0.0)
+        # a compaction of the input rewrites its files: no new data for a use case
+        DeltaTable(table).optimize.compact()
+        land(settings, call_rows(3, 300, START_MS, 20 * 60_000))
+        caught_up(activity, 4)
+        caught_up(failed, 4)
+    # a SIGKILL between each output's commit and Spark's: each query runs its last batch again
+    for use_case in (ACCOUNT_ACTIVITY, FAILED_CALLS):
+        forget_last_commit(settings.checkpoint_uri(use_case.checkpoint_name))
+    before_activity = stored_activity(settings)
+    land(settings, call_rows(4, 200, START_MS, 20 * 60_000))
+    with (
+        streaming(spark, settings, ACCOUNT_ACTIVITY) as activity,
+        streaming(spark, settings, FAILED_CALLS) as failed,
+    ):
+        caught_up(activity, 5)
+        caught_up(failed, 5)
+
+    calls = read_delta(table).to_pandas()
+    assert len(calls) == 1700
+    stored = stored_activity(settings)
+    expected = expected_activity(calls)
+    assert stored["calls"].sum() == 1700 and before_activity["calls"].sum() == 1500
+    for column in ("calls", "failed_calls", "duration_s", "last_call_sid", "last_event_time"):
+        assert stored[column].tolist() == expected[column].tolist(), column
+    assert (stored["last_call_state"] != "").all()
+
+    landed = read_delta(settings.table_uri(FAILED_CALLS.table)).to_pandas()
+    assert landed["call_sid"].is_unique
+    assert set(landed["call_sid"]) == set(calls[calls["call_state"] == "failed"]["call_sid"])
+    assert {d.isoformat() for d in landed["date"]} == {"2026-12-01", "2026-12-02"}
+
+
+def raises(call_events: DataFrame) -> DataFrame:
+    return call_events.select(F.col("no_such_column"))
+
+
+def keyless(call_events: DataFrame) -> DataFrame:
+    return call_events.select("call_sid", "event_timestamp")
+
+
+def divides_by_zero(call_events: DataFrame) -> DataFrame:
+    @F.udf("long")
+    def broken(duration: int) -> int:
+        return duration // 0
+
+    return call_events.select(broken("duration").alias("d"), "event_timestamp")
+
+
+def declared(name: str, function: Any, output: Any) -> UseCaseSpec:
+    return UseCaseSpec(
+        name=name,
+        inputs={"call_events": FlowTable("call_events")},
+        function=function,
+        output=output,
+    )
+
+
+def test_bad_functions_and_outputs_stop_with_one_line_naming_the_use_case(
+    spark: Any, engine_settings: Any
+) -> None:
+    settings = engine_settings
+    land(settings, call_rows(7, 50, START_MS, 60_000))
+    upsert = Upsert(("account_sid",), "event_timestamp")
+    cases = [
+        (declared("raising", raises, Append()), "use case raising: its function raised"),
+        (
+            declared("keyless", keyless, upsert),
+            "use case keyless: its function's output lacks its key column(s) ['account_sid']",
+        ),
+    ]
+    for use_case, message in cases:
+        with pytest.raises(UseCaseError, match=f"^{re.escape(message)}"):
+            UseCaseStream(use_case, CALL_EVENTS, settings).start(spark)
+
+    # a failure inside a batch: one line naming the use case, nothing landed
+    failing = declared("divides_by_zero", divides_by_zero, Append())
+    stream = UseCaseStream(failing, CALL_EVENTS, settings)
+    with pytest.raises(StreamFailedError) as failed:
+        run_query(lambda: stream.start(spark), threading.Event(), explain=stream.explain_failure)
+    line = str(failed.value)
+    assert "use case divides_by_zero: ZeroDivisionError: integer division" in line, line
+    assert "\n" not in line
+    assert read_delta(stream.table_uri).num_rows == 0
+
+    # the declaration's key changed under an existing table: refused, the table untouched
+    with streaming(spark, settings, ACCOUNT_ACTIVITY) as activity:
+        caught_up(activity, 0)
+    version = DeltaTable(activity.table_uri).version()
+    rekeyed = UseCaseSpec(
+        name="account_activity",
+        inputs=ACCOUNT_ACTIVITY.inputs,
+        function=ACCOUNT_ACTIVITY.function,
+        output=Upsert(("account_sid", "last_region"), "last_event_time"),
+    )
+    with pytest.raises(UseCaseError, match=r"^use case account_activity: its output does not fit"):
+        UseCaseStream(rekeyed, CALL_EVENTS, settings).start(spark)
+    assert DeltaTable(activity.table_uri).version() == version
