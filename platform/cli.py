@@ -507,10 +507,9 @@ def stream(
     settings = load_engine_settings(
         max_offsets_per_trigger=max_offsets_per_trigger, spark_master=master
     )
-    conf = kafka_client_config()
     settings.spark_conf.update(extra)
     with graceful_stop_signals() as stop:
-        if use_case is not None:
+        if use_case is not None:  # reads a Delta table: no Kafka
             from tidelake.streaming.stream.runner import run_use_case_stream
             from tidelake.streaming.usecase.declared import input_flow
 
@@ -519,7 +518,7 @@ def stream(
         run_flow_stream(
             flows[name],
             settings,
-            conf,
+            kafka_client_config(),
             available_now=available_now,
             restart_from_table=restart_from_table,
             stop=stop,

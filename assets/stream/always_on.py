@@ -107,6 +107,9 @@ class AlwaysOn(Generic[Query]):
     started: Callable[[Query], str]
     """The log line once preflight passed: what the run reads and writes."""
     make_reporter: Callable[[dg.OpExecutionContext, Query, dict[str, str]], ProgressHandler]
+    reads_kafka: bool = True
+    """Whether the query reads Kafka (a use case reads a Delta table): only then is a broker
+    needed by the run and its supervisor."""
 
 
 def build_always_on_job(query: AlwaysOn[Any], settings: EngineSettings) -> dg.JobDefinition:
@@ -124,7 +127,7 @@ def build_always_on_job(query: AlwaysOn[Any], settings: EngineSettings) -> dg.Jo
         spark: LazyPySparkResource,
     ) -> None:
         run_settings = config.run_settings(settings)
-        conf = kafka.client_config()
+        conf = kafka.client_config() if query.reads_kafka else {}
         running = query.make_query(run_settings, conf)
         with step_failure():
             running.preflight()
@@ -195,9 +198,12 @@ def build_supervisor(
     name: str,
     description: str,
     observe: Observe | None = None,
+    not_ready: Callable[[], str | None] = lambda: None,
+    reads_kafka: bool = True,
 ) -> dg.SensorDefinition:
     """The sensor that keeps one run of `job` alive, backs off on crash loops and replaces runs
-    whose worker was lost; `observe` adds what it records each tick (health, closed days)."""
+    whose worker was lost; `observe` adds what it records each tick (health, closed days);
+    `not_ready` says why no run may start yet (a use case's input table not there), or None."""
     tag = job.tags[STREAM_TAG]
 
     @dg.sensor(
@@ -212,13 +218,13 @@ def build_supervisor(
         instance = context.instance
         runs = [fail_if_stale(instance, r, now) for r in recent_runs(instance, job.name)]
         try:
-            conf = kafka.client_config()
+            conf = kafka.client_config() if reads_kafka else {}
         except ConfigError as exc:
             return dg.SensorResult(skip_reason=f"Kafka is not configured: {exc}")
         decision = decide(runs, now, policy)
         observed = observe(context, conf, decision, runs, now) if observe else Observed()
         events = list(observed.events)
-        paused = restarts_paused(instance) if decision.launch else None
+        paused = (restarts_paused(instance) or not_ready()) if decision.launch else None
         if not decision.launch or paused:
             reason = f"{decision.reason}; not now: {paused}" if paused else decision.reason
             # the tick keeps the reason; a log line here would be a captured-log file per tick

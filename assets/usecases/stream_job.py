@@ -25,7 +25,7 @@ from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.stream.query import ProgressHandler
 from tidelake.streaming.usecase.position import measure_lag
 from tidelake.streaming.usecase.spec import UseCaseSpec
-from tidelake.streaming.usecase.stream import UseCaseStream, stream_job_name
+from tidelake.streaming.usecase.stream import InputMissingError, UseCaseStream, stream_job_name
 
 
 def use_case_stream(use_case: UseCaseSpec, flow: FlowSpec) -> AlwaysOn[UseCaseStream]:
@@ -58,6 +58,7 @@ def use_case_stream(use_case: UseCaseSpec, flow: FlowSpec) -> AlwaysOn[UseCaseSt
         make_query=lambda settings, _: UseCaseStream(use_case, flow, settings),
         started=lambda s: f"{s.input_uri} -> {s.table_uri} (checkpoint {s.checkpoint})",
         make_reporter=reporter,
+        reads_kafka=False,
     )
 
 
@@ -72,6 +73,16 @@ def use_case_health(
         settings.table_uri(flow.table), settings.checkpoint_uri(use_case.checkpoint_name), now
     )
     return UseCaseHealth(use_case, decision, lag)
+
+
+def input_missing(use_case: UseCaseSpec, flow: FlowSpec, settings: EngineSettings) -> str | None:
+    """Why the use case cannot start yet: its input table does not exist (the flow's first batch
+    creates it); a run started now would only fail."""
+    try:
+        UseCaseStream(use_case, flow, settings).require_input()
+    except InputMissingError as exc:
+        return str(exc)
+    return None
 
 
 def use_case_definitions_of(
@@ -98,6 +109,8 @@ def use_case_definitions_of(
         description=f"Keeps one run of {job.name} alive, backs off on crash loops and records "
         f"{use_case.name}'s health.",
         observe=observe,
+        not_ready=lambda: input_missing(use_case, flow, settings),
+        reads_kafka=False,
     )
 
     @dg.multi_asset_check(

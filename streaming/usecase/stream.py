@@ -67,6 +67,10 @@ class UseCaseStream:
     def preflight(self) -> None:
         """Fail fast, before Spark starts: storage that cannot be written, no input table."""
         self.settings.require_usable_storage()
+        self.require_input()
+
+    def require_input(self) -> None:
+        """InputMissingError unless the input table exists."""
         try:
             open_table(self.input_uri, without_files=True)
         except TableNotFoundError:

@@ -5,8 +5,9 @@ drive Dagster only through its GraphQL API and read the Delta tables with delta-
 Order matters (one stack per module): up -> exactly once -> the supervisor closes past days ->
 a backfill of the closed days in the browser with no failed run so far -> SIGKILL of the run ->
 terminate from the UI -> a second run queues -> quality checks -> automatic compaction -> events
-through the ingest service (exactly once after the restarts) -> a flow added and the code
-location reloaded -> the stream's age plotted -> Ctrl-C leaves no process behind.
+through the ingest service (exactly once after the restarts) -> account_activity beside the
+stream -> a flow added and the code location reloaded -> the stream's age plotted -> Ctrl-C
+leaves no process behind.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import grpc
 import psutil
 import pytest
 from dagster_ui import browser_ui
+from deltalake.exceptions import TableNotFoundError
 from dev_platform import JOB, RunningDev, dev_env, start_dev, stop_dev, stream_worker_pid
 from flows import PAGE_VIEWS
 from lake_readers import duckdb_query, read_delta
@@ -413,6 +415,57 @@ def test_events_sent_to_the_ingest_service_land_in_the_table(stack: Stack) -> No
         assert calls.getCallInfo(CallSid(call_sid=sent[3].call_sid), timeout=15) == sent[3]
     finally:
         channel.close()
+
+
+def test_account_activity_streams_beside_the_flow_on_the_asset_graph(stack: Stack) -> None:
+    """account_activity, CallEvent's upsert use case, runs under its own supervisor through the
+    kills and terminations above: per account its calls add up to call_events' and its latest
+    call is the newest; it is drawn in the call_events group with an edge from the table, its
+    kind, owners, column docs and its checks."""
+    stack.wait_for_rows(sum(r.good for r in stack.reports))
+    events = read_delta(stack.table_uri).to_pandas()
+    expected = events.groupby("account_sid").agg(
+        calls=("call_sid", "count"), last=("event_time", "max")
+    )
+
+    def activity() -> Any:
+        try:
+            table = read_delta(stack.settings.table_uri("account_activity")).to_pandas()
+        except TableNotFoundError:
+            return None
+        table = table.set_index("account_sid").sort_index()
+        return table if table["calls"].sum() == len(events) else None
+
+    table = wait_for(activity, 300, f"{len(events)} calls in account_activity", interval_s=2)
+    assert table["calls"].to_dict() == expected["calls"].to_dict()
+    assert (table["last_event_time"] == expected["last"]).all()
+
+    nodes = stack.web.query(
+        "query { assetNodes { assetKey { path } groupName kinds dependencyKeys { path } } }"
+    )["assetNodes"]
+    node = next(n for n in nodes if n["assetKey"]["path"] == ["lake", "account_activity"])
+    assert node["groupName"] == "call_events" and "upsert" in node["kinds"]
+    assert node["dependencyKeys"] == [{"path": ["lake", "call_events"]}]
+    running = stack.wait_for_automation(
+        lambda: stack.web.check_statuses(["lake", "account_activity"], "use_case_running").get(
+            None
+        ),
+        300,
+        "use_case_running of account_activity",
+    )
+    assert running == "SUCCEEDED"
+    with browser_ui(stack.web.url, "use-cases") as ui:
+        ui.open("/assets/lake/account_activity")
+        for text in ("last_event_time", "the account (key)", "voice-insights"):
+            ui.page.get_by_text(text).first.wait_for(timeout=60_000)
+        ui.shot("account-activity")
+        ui.open("/assets/lake/account_activity?view=checks")
+        for text in ("use_case_running", "use_case_fresh"):
+            ui.page.get_by_text(text).first.wait_for(timeout=60_000)
+        ui.shot("account-activity-checks")
+        ui.open("/asset-groups/call_events")
+        ui.page.get_by_text("account_activity").first.wait_for(timeout=60_000)
+        ui.shot("account-activity-in-the-graph")
 
 
 ADDED_FLOW = """

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -25,8 +26,10 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from deltalake.exceptions import TableNotFoundError
 from lake_readers import read_delta
 
+from tidelake.platform.dev.dagster_web import wait_for
 from tidelake.streaming.kafka.admin import delete_topic
 
 pytestmark = pytest.mark.integration
@@ -55,6 +58,12 @@ class TeamProject:
             timeout=timeout_s,
             check=False,
         )
+
+    def start(self, *args: str | Path, log: Path) -> subprocess.Popen[bytes]:
+        with log.open("ab") as out:
+            return subprocess.Popen(
+                [str(a) for a in args], cwd=self.root, env=self.env, stdout=out, stderr=out
+            )
 
     def bin(self, name: str) -> Path:
         return self.python.parent / name
@@ -189,7 +198,9 @@ def shipments_topic(kafka_conf: dict[str, Any]) -> Iterator[str]:
 def test_the_teams_flow_streams_into_its_table(
     team: TeamProject, jars_installed: str, kafka_conf: dict[str, Any], shipments_topic: str
 ) -> None:
-    """`tidelake stream shipments` from the team's folder: every event lands once."""
+    """`tidelake stream shipments` from the team's folder: every event lands once; then
+    `tidelake stream heavy_parcels`, the team's use case (a declaration and a function in its
+    own package, no engine code), appends the heavy ones to its table."""
     Shipment = _generated_message(team.root / "team_flows" / "shipment_pb2.py", "Shipment")
     now_ms = int(time.time() * 1000)
     keys = [f"SH{n:05d}" for n in range(200)]
@@ -197,7 +208,8 @@ def test_the_teams_flow_streams_into_its_table(
     assert create.returncode == 0, create.stderr
     producer = Producer({**kafka_conf, "enable.idempotence": True})
     for n, key in enumerate(keys):
-        event = Shipment(shipment_id=key, carrier="DHL", shipped_at_ms=now_ms - n, weight_kg=1.5)
+        weight = float(n % 20)
+        event = Shipment(shipment_id=key, carrier="DHL", shipped_at_ms=now_ms - n, weight_kg=weight)
         producer.produce(shipments_topic, key=key, value=event.SerializeToString())
     assert producer.flush(30) == 0
     _checked(
@@ -205,3 +217,23 @@ def test_the_teams_flow_streams_into_its_table(
     )
     table = read_delta(team.root / ".tidelake" / "lake" / "shipments")
     assert sorted(table.column("shipment_id").to_pylist()) == keys
+
+    heavy = sorted(k for n, k in enumerate(keys) if n % 20 >= 10)
+    uri = team.root / ".tidelake" / "lake" / "heavy_parcels"
+    log = team.root / "heavy_parcels.log"
+    proc = team.start(team.bin("tidelake"), "stream", "heavy_parcels", log=log)
+
+    def landed() -> list[str] | None:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        try:
+            found = sorted(read_delta(uri).column("shipment_id").to_pylist())
+        except TableNotFoundError:
+            return None
+        return found if len(found) >= len(heavy) else None
+
+    try:
+        found = wait_for(landed, 300, f"{len(heavy)} rows in heavy_parcels", 1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    assert found == heavy

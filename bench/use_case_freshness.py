@@ -1,0 +1,179 @@
+"""The flow plus one use case at a steady rate: does the use case keep up, how fresh is it, what
+does each process cost.
+
+Runs `tidelake stream call_events` and `tidelake stream account_activity` (an upsert, one MERGE
+per micro-batch) as two processes on a fresh lake and topic while the demo producer sends
+`--rate` events/s for `--minutes`. Reported: the peak RSS and CPU of each process tree, how
+long after the producer stopped the flow's table and then the use case had everything, and the
+use case's freshness read from the logs alone: for every input version with rows, the time from
+its commit to the commit of the use case's batch that read it (the batch's end offset in the
+use case's checkpoint; its commit found by the application transaction the MERGE records).
+
+    python bench/use_case_freshness.py --rate 2000 --minutes 10
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+from common import TreeSampler, commits, kafka, wait_for, write_figures
+
+from tidelake.platform.dev.produce import produce_demo_events
+from tidelake.platform.local.process_group import stop_group
+from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.calls.use_cases import ACCOUNT_ACTIVITY
+from tidelake.streaming.kafka.admin import delete_topic, ensure_topic
+from tidelake.streaming.storage.location import Location
+from tidelake.streaming.usecase.position import committed_input_version
+
+USE_CASE = ACCOUNT_ACTIVITY.name
+
+
+def batch_ends(checkpoint: Path) -> dict[int, int]:
+    """Batch id -> the newest input version it read in full (position.committed_input_version's
+    rule, for every batch)."""
+    ends = {}
+    offsets = Location(str(checkpoint)) / "offsets"
+    for name in (n for n in offsets.names() if n.isdigit()):
+        source = json.loads((offsets / name).read_text().splitlines()[-1])
+        version = int(source["reservoirVersion"])
+        ends[int(name)] = version - 1 if int(source.get("index", -1)) == -1 else version
+    return ends
+
+
+def transaction_commits(table: Path) -> dict[int, int]:
+    """Batch id (its application transaction's version) -> commit time (ms) of the table."""
+    out = {}
+    folder = Location(str(table)) / "_delta_log"
+    for name in sorted(n for n in folder.names() if n.endswith(".json")):
+        stamp, batch = None, None
+        for line in (folder / name).read_text().splitlines():
+            action = json.loads(line)
+            if "commitInfo" in action:
+                stamp = action["commitInfo"]["timestamp"]
+            if "txn" in action:
+                batch = int(action["txn"]["version"])
+        if stamp is not None and batch is not None:
+            out.setdefault(batch, stamp)
+    return out
+
+
+def freshness_ms(lake: Path, checkpoint: Path) -> np.ndarray:
+    """For each input version with rows: the use case's commit time of it minus its own."""
+    inputs = {c.version: c for c in commits(lake / "call_events") if c.rows}
+    committed = transaction_commits(lake / USE_CASE)
+    out, previous = [], -1
+    for batch, end in sorted(batch_ends(checkpoint).items()):
+        if batch in committed:
+            out += [
+                committed[batch] - inputs[v].timestamp_ms
+                for v in range(previous + 1, end + 1)
+                if v in inputs
+            ]
+        previous = max(previous, end)
+    return np.array(out, dtype=float)
+
+
+def start(name: str, env: dict[str, str]) -> subprocess.Popen:
+    command = [sys.executable, "-m", "tidelake.platform.cli", "stream", name]
+    return subprocess.Popen(command, env=env, start_new_session=True)
+
+
+@click.command()
+@click.option("--rate", default=2000, show_default=True, help="Events per second.")
+@click.option("--minutes", default=10.0, show_default=True, help="Minutes of traffic.")
+@click.option("--out", type=click.Path(path_type=Path), help="Also write the figures as JSON.")
+def main(rate: int, minutes: float, out: Path | None) -> None:
+    """The flow and account_activity at a steady rate: keeping up, freshness, RSS."""
+    with kafka() as conf, tempfile.TemporaryDirectory(prefix="tidelake-use-case-") as tmp:
+        lake, checkpoints = Path(tmp) / "lake", Path(tmp) / "checkpoints"
+        delete_topic(conf, CALL_EVENTS.topic)
+        ensure_topic(conf, CALL_EVENTS.topic, CALL_EVENTS.topic_partitions)
+        env = {
+            **os.environ,
+            "KAFKA_BOOTSTRAP_SERVERS": conf["bootstrap.servers"],
+            "TIDELAKE_LAKE": str(lake),
+            "TIDELAKE_CHECKPOINTS": str(checkpoints),
+            "TIDELAKE_LOG_LEVEL": "WARNING",
+        }
+        flow = start(CALL_EVENTS.name, env)
+        use_case = None
+        try:
+            with TreeSampler(flow.pid, interval_s=1.0) as flow_sampler:
+                log = lake / "call_events" / "_delta_log"
+                wait_for(lambda: log.exists() or None, 300, "the flow's table", poll_s=0.5)
+                use_case = start(USE_CASE, env)
+                with TreeSampler(use_case.pid, interval_s=1.0) as use_case_sampler:
+                    report = produce_demo_events(
+                        CALL_EVENTS,
+                        conf,
+                        rate=rate,
+                        duration_s=minutes * 60,
+                        malformed_share=0.0,
+                        late_share=0.0,
+                        seed=3,
+                        progress=sys.stderr.isatty(),
+                    )
+                    produced_at = time.monotonic()
+                    wait_for(
+                        lambda: sum(c.rows for c in commits(lake / "call_events")) >= report.good,
+                        300,
+                        "every event in call_events",
+                        poll_s=0.5,
+                    )
+                    table_behind_s = time.monotonic() - produced_at
+                    last_input = commits(lake / "call_events")[-1].version
+                    checkpoint = checkpoints / ACCOUNT_ACTIVITY.checkpoint_name
+                    wait_for(
+                        lambda: (committed_input_version(str(checkpoint)) or 0) >= last_input,
+                        300,
+                        f"{USE_CASE} past input version {last_input}",
+                        poll_s=0.5,
+                    )
+                    use_case_behind_s = time.monotonic() - produced_at
+        finally:
+            for proc in (use_case, flow):
+                if proc is not None:
+                    stop_group(proc, 90, leader_only=True)
+        fresh = freshness_ms(lake, checkpoint)
+    figures: dict[str, object] = {
+        "rate": rate,
+        "minutes": minutes,
+        "events": report.good,
+        "achieved_rate": report.rate,
+        "flow_peak_rss_mb": flow_sampler.peak_rss / 2**20,
+        "flow_cpu_s": flow_sampler.total_cpu_s,
+        "use_case_peak_rss_mb": use_case_sampler.peak_rss / 2**20,
+        "use_case_cpu_s": use_case_sampler.total_cpu_s,
+        "table_caught_up_after_producer_s": table_behind_s,
+        "use_case_caught_up_after_producer_s": use_case_behind_s,
+        "input_versions_measured": len(fresh),
+        "freshness_p50_ms": float(np.percentile(fresh, 50)),
+        "freshness_p99_ms": float(np.percentile(fresh, 99)),
+        "freshness_max_ms": float(fresh.max()),
+    }
+    click.echo(
+        f"{report.good:,} events at {report.rate:,.0f}/s over {minutes:g} min; call_events "
+        f"caught up {table_behind_s:.1f} s and {USE_CASE} {use_case_behind_s:.1f} s after the "
+        f"producer stopped\n"
+        f"{USE_CASE} freshness (input commit -> its commit) over {len(fresh)} input versions: "
+        f"p50 {figures['freshness_p50_ms']:,.0f} ms (target <= 2000), p99 "
+        f"{figures['freshness_p99_ms']:,.0f} ms (target <= 5000), max "
+        f"{figures['freshness_max_ms']:,.0f} ms\n"
+        f"peak RSS: flow {figures['flow_peak_rss_mb']:,.0f} MB, {USE_CASE} "
+        f"{figures['use_case_peak_rss_mb']:,.0f} MB; CPU: flow {flow_sampler.total_cpu_s:,.0f} s, "
+        f"{USE_CASE} {use_case_sampler.total_cpu_s:,.0f} s"
+    )
+    write_figures(out, figures)
+
+
+if __name__ == "__main__":
+    main()
