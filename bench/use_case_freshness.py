@@ -72,6 +72,9 @@ def freshness_ms(lake: Path, checkpoint: Path) -> np.ndarray:
     committed = transaction_commits(lake / USE_CASE)
     out, previous = [], -1
     for batch, end in sorted(batch_ends(checkpoint).items()):
+        if batch > 0 and previous == -1:  # the batches before it are gone: where it began too
+            previous = end
+            continue
         if batch in committed:
             out += [
                 committed[batch] - inputs[v].timestamp_ms
@@ -110,7 +113,9 @@ def main(rate: int, minutes: float, out: Path | None) -> None:
             with TreeSampler(flow.pid, interval_s=1.0) as flow_sampler:
                 log = lake / "call_events" / "_delta_log"
                 wait_for(lambda: log.exists() or None, 300, "the flow's table", poll_s=0.5)
-                use_case = start(USE_CASE, env)
+                # every batch's offsets kept (Spark keeps 100): each input version is measured
+                kept = {"spark.sql.streaming.minBatchesToRetain": "1000000"}
+                use_case = start(USE_CASE, env | {"TIDELAKE_SPARK_CONF": json.dumps(kept)})
                 with TreeSampler(use_case.pid, interval_s=1.0) as use_case_sampler:
                     report = produce_demo_events(
                         CALL_EVENTS,

@@ -1,4 +1,5 @@
-"""Validate one date partition of a flow's table with Great Expectations 1.x, on Spark.
+"""Validate one date partition of a flow's table (or a whole use case's table) with Great
+Expectations 1.x, on Spark.
 
 The partition is read by Spark through the Delta log (the files of the current version, never a
 listing of Parquet files) and validated in an ephemeral GX context with GX's Spark engine, so
@@ -43,7 +44,9 @@ class ExpectationOutcome:
 
 
 @dataclass(frozen=True)
-class PartitionValidation:
+class Validation:
+    """A suite's verdicts on a date of a table (`day`) or on a whole table (`day` empty)."""
+
     day: str
     rows: int
     outcomes: list[ExpectationOutcome]
@@ -64,14 +67,11 @@ def read_partition(spark: SparkSession, table_uri: str, flow: FlowSpec, day: str
     return table.where(F.col(flow.partition_column) == F.lit(day).cast("date"))
 
 
-def validate_partition(
-    spark: SparkSession, table_uri: str, flow: FlowSpec, day: str
-) -> PartitionValidation:
+def validate_partition(spark: SparkSession, table_uri: str, flow: FlowSpec, day: str) -> Validation:
     """Run the flow's contract and expectations, and the generic ones, on one date of its
     table."""
     import time
 
-    import great_expectations as gx
     import great_expectations.expectations as gxe
 
     started = time.perf_counter()
@@ -97,14 +97,33 @@ def validate_partition(
         *(flow.expectations() if flow.expectations else []),
         *since,
     ]
-    suite = gx.ExpectationSuite(name=f"{flow.name}-{day}", expectations=expectations)
+    outcomes = validate_frame(frame, expectations, f"{flow.name}-{day}")
+    rows = frame.count()  # Delta answers from the log's statistics
+    return Validation(day, rows, outcomes, time.perf_counter() - started)
+
+
+def validate_table(spark: SparkSession, table_uri: str, expectations: list[Any]) -> Validation:
+    """Run expectations on a whole table's current snapshot (a use case's table)."""
+    import time
+
+    started = time.perf_counter()
+    frame = spark.read.format("delta").load(table_uri)
+    outcomes = validate_frame(frame, expectations, table_uri.rstrip("/").rsplit("/", 1)[-1])
+    return Validation("", frame.count(), outcomes, time.perf_counter() - started)
+
+
+def validate_frame(
+    frame: DataFrame, expectations: list[Any], suite: str
+) -> list[ExpectationOutcome]:
+    """Great Expectations' verdicts on a Spark DataFrame, one per expectation, by name."""
+    import great_expectations as gx
+
     batch = _batch_definition().get_batch(batch_parameters={"dataframe": frame})
     result = batch.validate(
-        suite, result_format={"result_format": "SUMMARY", "partial_unexpected_count": _SAMPLE}
+        gx.ExpectationSuite(name=suite, expectations=expectations),
+        result_format={"result_format": "SUMMARY", "partial_unexpected_count": _SAMPLE},
     )
-    outcomes = sorted((_outcome(r) for r in result.results), key=lambda o: o.name)
-    rows = frame.count()  # Delta answers from the log's statistics
-    return PartitionValidation(day, rows, outcomes, time.perf_counter() - started)
+    return sorted((_outcome(r) for r in result.results), key=lambda o: o.name)
 
 
 @cache

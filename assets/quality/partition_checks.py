@@ -20,7 +20,7 @@ from typing import Any
 
 import dagster as dg
 
-from tidelake.assets.quality.expectations import PartitionValidation, validate_partition
+from tidelake.assets.quality.expectations import Validation, validate_partition
 from tidelake.assets.tables.automation import check_on_new_partitions
 from tidelake.assets.tables.keys import daily_partitions, table_key
 from tidelake.streaming.delta.progress import table_progress
@@ -47,7 +47,7 @@ def build_quality_checks(flow: FlowSpec, settings: EngineSettings) -> list[Any]:
     def expectations_verdict(context: dg.AssetCheckExecutionContext, day: str) -> Verdict:
         with host_session(context.resources.spark) as spark:
             result = validate_partition(spark, uri, flow, day)
-        return result.success, _summary(result), _expectation_metadata(result)
+        return result.success, validation_summary(result), validation_metadata(result)
 
     def volume_verdict_of(context: dg.AssetCheckExecutionContext, day: str) -> Verdict:
         return volume_verdict(flow, _rows_by_date(uri, flow), day)
@@ -179,14 +179,14 @@ def _rows_by_date(uri: str, flow: FlowSpec) -> dict[str, int]:
     return progress.rows_by_date if progress is not None else {}
 
 
-def _summary(result: PartitionValidation) -> str:
+def validation_summary(result: Validation) -> str:
     if result.success:
         return f"{len(result.outcomes)} expectations met by {result.rows} rows"
     failed = ", ".join(o.name for o in result.failures)
     return f"{len(result.failures)} of {len(result.outcomes)} expectations failed: {failed}"
 
 
-def _expectation_metadata(result: PartitionValidation) -> dict[str, Any]:
+def validation_metadata(result: Validation) -> dict[str, Any]:
     lines = ["| expectation | unexpected | % | sample |", "| --- | --- | --- | --- |"]
     for o in result.failures:
         percent = "" if o.unexpected_percent is None else f"{o.unexpected_percent:.3f}"

@@ -1,6 +1,6 @@
 """The Dagster objects of the declared use cases, each generated from its declaration: its
 table's asset (an edge from its input, grouped with its flow), its always-on job, supervisor and
-health checks."""
+health checks, its expectations."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import dagster as dg
 
 from tidelake.assets.stream.supervisor_decision import SupervisorPolicy
 from tidelake.assets.usecases.asset_specs import use_case_asset_spec
+from tidelake.assets.usecases.expectations_check import build_expectations_check
 from tidelake.assets.usecases.stream_job import use_case_definitions_of
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
@@ -31,4 +32,7 @@ def use_case_definitions(
         jobs.append(job)
         sensors.append(supervisor)
         checks.append(health)
+        expectations = build_expectations_check(use_case, settings)
+        if expectations is not None:
+            checks.append(expectations)
     return dg.Definitions(assets=assets, jobs=jobs, sensors=sensors, asset_checks=checks)

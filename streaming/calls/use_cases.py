@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -30,6 +32,19 @@ def account_activity(call_events: DataFrame) -> DataFrame:
     )
 
 
+def account_activity_expectations() -> list[Any]:
+    import great_expectations.expectations as gxe
+
+    return [
+        gxe.ExpectColumnValuesToBeUnique(column="account_sid"),
+        gxe.ExpectColumnValuesToNotBeNull(column="last_call_sid"),
+        gxe.ExpectColumnValuesToBeBetween(column="calls", min_value=1),
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A="calls", column_B="failed_calls", or_equal=True
+        ),
+    ]
+
+
 ACCOUNT_ACTIVITY = UseCaseSpec(
     name="account_activity",
     inputs={"call_events": FlowTable("call_events")},
@@ -52,6 +67,7 @@ ACCOUNT_ACTIVITY = UseCaseSpec(
         "failed_calls": "of which failed",
         "duration_s": "seconds of all its calls",
     },
+    expectations=account_activity_expectations,
 )
 
 USE_CASES = [ACCOUNT_ACTIVITY]

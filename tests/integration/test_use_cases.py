@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
@@ -27,6 +28,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from use_case_tables import activity_differences, stored_activity
 
+from tidelake.assets.definitions import build_definitions
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.calls.use_cases import ACCOUNT_ACTIVITY
 from tidelake.streaming.flow.table_schema import table_schema
@@ -152,6 +154,22 @@ def test_append_and_upsert_land_exactly_once_through_replays_and_compaction(
     assert stored["calls"].sum() == 1700 and before_activity["calls"].sum() == 1500
     assert activity_differences(settings, calls) == {}
     assert (stored["last_call_state"] != "").all()
+
+    # the declared expectations, executed as Dagster executes the check on demand
+    key = dg.AssetKey(["lake", ACCOUNT_ACTIVITY.name])
+    check_now = dg.define_asset_job(
+        "check_now", dg.AssetSelection.checks(dg.AssetCheckKey(key, "expectations"))
+    )
+    defs = dg.Definitions.merge(
+        build_definitions({CALL_EVENTS.name: CALL_EVENTS}, settings),
+        dg.Definitions(jobs=[check_now]),
+    )
+    with dg.instance_for_test() as instance:
+        run = defs.resolve_job_def("check_now").execute_in_process(instance=instance)
+    (evaluation,) = run.get_asset_check_evaluations()
+    assert evaluation.passed, evaluation.description
+    assert evaluation.metadata["rows"].value == len(ACCOUNTS)
+    assert evaluation.metadata["expectations"].value == 4
 
     landed = read_delta(settings.table_uri(FAILED_CALLS.table)).to_pandas()
     assert landed["call_sid"].is_unique
