@@ -93,8 +93,15 @@ def start(name: str, env: dict[str, str]) -> subprocess.Popen:
 @click.command()
 @click.option("--rate", default=2000, show_default=True, help="Events per second.")
 @click.option("--minutes", default=10.0, show_default=True, help="Minutes of traffic.")
+@click.option(
+    "--conf",
+    "use_case_conf",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Spark setting of the use case's process, to compare; repeatable.",
+)
 @click.option("--out", type=click.Path(path_type=Path), help="Also write the figures as JSON.")
-def main(rate: int, minutes: float, out: Path | None) -> None:
+def main(rate: int, minutes: float, use_case_conf: tuple[str, ...], out: Path | None) -> None:
     """The flow and account_activity at a steady rate: keeping up, freshness, RSS."""
     with kafka() as conf, tempfile.TemporaryDirectory(prefix="tidelake-use-case-") as tmp:
         lake, checkpoints = Path(tmp) / "lake", Path(tmp) / "checkpoints"
@@ -115,6 +122,7 @@ def main(rate: int, minutes: float, out: Path | None) -> None:
                 wait_for(lambda: log.exists() or None, 300, "the flow's table", poll_s=0.5)
                 # every batch's offsets kept (Spark keeps 100): each input version is measured
                 kept = {"spark.sql.streaming.minBatchesToRetain": "1000000"}
+                kept |= dict(item.split("=", 1) for item in use_case_conf)
                 use_case = start(USE_CASE, env | {"TIDELAKE_SPARK_CONF": json.dumps(kept)})
                 with TreeSampler(use_case.pid, interval_s=1.0) as use_case_sampler:
                     report = produce_demo_events(
@@ -152,6 +160,7 @@ def main(rate: int, minutes: float, out: Path | None) -> None:
     figures: dict[str, object] = {
         "rate": rate,
         "minutes": minutes,
+        "use_case_conf": list(use_case_conf),
         "events": report.good,
         "achieved_rate": report.rate,
         "flow_peak_rss_mb": flow_sampler.peak_rss / 2**20,
