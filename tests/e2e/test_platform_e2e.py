@@ -62,7 +62,8 @@ class Stack(RunningDev):
     kafka_conf: dict[str, Any]
     ingest_port: int
     flow_module: Path
-    """A module named by TIDELAKE_FLOW_MODULES, empty until a test declares a flow in it."""
+    """A module named by TIDELAKE_FLOW_MODULES, empty until a test declares a flow in it (and
+    beside it USE_CASE_MODULE, named by TIDELAKE_USE_CASE_MODULES)."""
     reports: list[ProduceReport] = field(default_factory=list)
 
     def produce(self, **kwargs: Any) -> ProduceReport:
@@ -118,10 +119,12 @@ def stack(kafka_conf: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
     flow_module = root / "flow_modules" / "tidelake_e2e_flows.py"
     flow_module.parent.mkdir()
     flow_module.write_text("FLOWS = []\n")
+    flow_module.with_name(USE_CASE_MODULE + ".py").write_text("USE_CASES = []\n")
     python_path = [str(flow_module.parent), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]
     env = {
         **dev_env(root, settings, kafka_conf["bootstrap.servers"]),
         "TIDELAKE_FLOW_MODULES": flow_module.stem,
+        "TIDELAKE_USE_CASE_MODULES": USE_CASE_MODULE,
         "PYTHONPATH": os.pathsep.join(p for p in python_path if p),
     }
     log = root / "dev.log"
@@ -463,9 +466,9 @@ def test_account_activity_streams_beside_the_flow_on_the_asset_graph(stack: Stac
         for text in ("use_case_running", "use_case_fresh"):
             ui.page.get_by_text(text).first.wait_for(timeout=60_000)
         ui.shot("account-activity-checks")
-        ui.open("/asset-groups/call_events")
-        ui.page.get_by_text("account_activity").first.wait_for(timeout=60_000)
-        ui.shot("account-activity-in-the-graph")
+        ui.open("/assets/lake/account_activity?view=lineage")  # its upstream, drawn
+        ui.page.get_by_text("call_events").first.wait_for(timeout=60_000)
+        ui.shot("account-activity-lineage")
 
 
 ADDED_FLOW = """
@@ -477,14 +480,42 @@ FLOWS = [dataclasses.replace(PAGE_VIEWS, name="e2e_page_views", topic="e2e-page-
 """
 
 
-def test_a_flow_added_to_the_running_platform_streams_after_a_reload(stack: Stack) -> None:
-    """A flow declared in a TIDELAKE_FLOW_MODULES module while the platform runs: after a
-    reload of the code location its assets, stream job and supervisor appear, its supervisor
-    starts the stream (which creates the topic), and its events land."""
+USE_CASE_MODULE = "tidelake_e2e_use_cases"
+ADDED_USE_CASE = """
+from pyspark.sql import functions as F
+
+from tidelake.streaming.usecase.spec import Append, FlowTable, UseCaseSpec
+
+
+def long_calls(call_events):
+    return call_events.where(F.col("duration") >= 300).select("call_sid", "event_timestamp")
+
+
+USE_CASES = [
+    UseCaseSpec(
+        name="e2e_long_calls",
+        inputs={"call_events": FlowTable("call_events")},
+        function=long_calls,
+        output=Append(),
+    )
+]
+"""
+
+
+def test_a_flow_and_a_use_case_added_to_the_running_platform_stream_after_a_reload(
+    stack: Stack,
+) -> None:
+    """A flow declared in a TIDELAKE_FLOW_MODULES module and a use case in a
+    TIDELAKE_USE_CASE_MODULES one while the platform runs: after a reload of the code location
+    their assets, jobs and supervisors appear, the flow's supervisor starts its stream (which
+    creates the topic) and its events land, and the use case's supervisor starts it and its
+    table holds exactly call_events' long calls."""
     flow = dataclasses.replace(PAGE_VIEWS, name="e2e_page_views", topic="e2e-page-views")
     assert stream_name(flow) not in {r["jobName"] for r in stack.web.runs(None)}
     stack.flow_module.write_text(ADDED_FLOW)
+    stack.flow_module.with_name(USE_CASE_MODULE + ".py").write_text(ADDED_USE_CASE)
     stack.web.reload_location()
+    assert "lake/e2e_long_calls" in stack.web.asset_keys()
 
     wait_for(
         lambda: topic_partition_count(stack.kafka_conf, flow.topic),
@@ -506,6 +537,21 @@ def test_a_flow_added_to_the_running_platform_streams_after_a_reload(stack: Stac
         interval_s=1,
     )
     assert JOB in {r["jobName"] for r in stack.web.runs(JOB, ["STARTED"])}  # the first goes on
+
+    events = read_delta(stack.table_uri).to_pandas()
+    expected = set(events[events["duration"] >= 300]["call_sid"])
+    assert expected
+    long_calls = stack.settings.table_uri("e2e_long_calls")
+
+    def landed() -> set[str] | None:
+        try:
+            found = read_delta(long_calls).column("call_sid").to_pylist()
+        except TableNotFoundError:
+            return None
+        assert len(found) == len(set(found)), "a long call twice"
+        return set(found) if set(found) >= expected else None
+
+    assert wait_for(landed, 300, "call_events' long calls in e2e_long_calls", 1) == expected
 
 
 AGE_FIGURES = ("state_memory_bytes", "log_entries_since_checkpoint", "checkpoint_bytes")
