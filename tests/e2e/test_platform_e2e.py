@@ -602,7 +602,10 @@ def test_ctrl_c_stops_everything_it_started(stack: Stack) -> None:
     alive = [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not alive, [(p.pid, _cmdline(p)) for p in alive]
     said = stack.log.read_bytes()[before:].decode(errors="replace")
-    assert "Traceback" not in said, _around(said, "Traceback")
+    # Dagster's own shutdown race: its sensor daemon may start a tick after the code server it
+    # asks has gone (more likely the more sensors there are: each use case has a supervisor)
+    race = "DagsterCodeLocationNotFoundError: Location tidelake does not exist in workspace"
+    assert said.count("Traceback") == said.count(race), _around(said, "Traceback")
     assert f"tidelake dev: stopping the {JOB} run {running[:8]}" in said
     for component in ("dg dev", "the ingest edge of call_events"):
         assert f"tidelake dev: stopped {component}" in said
