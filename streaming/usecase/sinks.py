@@ -3,7 +3,8 @@
 - Append: Spark writes the batch's data files and the flows' own commit path appends them with
   the application transaction (app id of the query, version = batch id; delta/commit.py), so a
   replayed batch commits nothing. A row that breaks one of the table's CHECK constraints stops
-  the use case, naming the constraint: the batch is not committed.
+  the use case, naming the constraint in the flows' wording (delta/constraints.py): the batch is
+  not committed.
 - Upsert: one delta-spark MERGE per batch, its rows first reduced to one per key
   (output.latest_per_key). The MERGE carries the same application transaction through Delta's
   idempotent-DML settings (spark.databricks.delta.write.txnAppId / txnVersion, delta-io/delta
@@ -14,14 +15,13 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from tidelake.streaming.delta.commit import (
     DeltaCommitError,
@@ -32,6 +32,7 @@ from tidelake.streaming.delta.commit import (
     ensure_table,
     require_fit,
 )
+from tidelake.streaming.delta.constraints import violated_constraint
 from tidelake.streaming.delta.files import write_data_files
 from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.delta.write import checkpoint_app_id
@@ -87,13 +88,12 @@ def _prepare_upsert_table(upsert: Upsert, table_uri: str, schema: pa.Schema) -> 
 
 @dataclass
 class BatchSink:
-    """What both sinks share: the error that abandoned a batch, and when recent batches
-    committed (wall-clock seconds by batch id, for the use case's freshness)."""
+    """What both sinks share: the error that abandoned a batch, and the query's application
+    transaction id."""
 
     use_case: UseCaseSpec
     table_uri: str
     checkpoint: str
-    commit_times: dict[int, float] = field(default_factory=dict, init=False)
     failure: TidelakeError | None = field(default=None, init=False)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -102,19 +102,15 @@ class BatchSink:
         except TidelakeError as exc:
             self.failure = exc
             raise
-        self.commit_times[batch_id] = time.time()
-        while len(self.commit_times) > _KEPT_COMMIT_TIMES:
-            self.commit_times.pop(next(iter(self.commit_times)))
 
-    @property
+    @cached_property
     def app_id(self) -> str:
+        """Read once from the checkpoint's metadata, which Spark writes before the first batch
+        and never changes."""
         return checkpoint_app_id(self.checkpoint, APP_ID_WRITER)
 
     def write(self, batch: DataFrame, batch_id: int) -> None:
         raise NotImplementedError
-
-
-_KEPT_COMMIT_TIMES = 200
 
 
 @dataclass
@@ -128,8 +124,11 @@ class AppendSink(BatchSink):
         if batch_recorded(self.table_uri, txn, batch_id):
             return
         constraints = current_constraints(self.table_uri)
-        if constraints:
-            self._require_constraints(batch, constraints)
+        violated = violated_constraint(constraints)
+        if violated is not None:  # one pass over the batch for all of them
+            found = batch.select(violated.alias("v")).where("v IS NOT NULL").first()
+            if found is not None:
+                raise UseCaseError(f"use case {self.use_case.name}: a row {found['v']}")
         files = write_data_files(batch, self.table_uri, PARTITION_COLUMN, f"batch-{batch_id}")
         commit_files(
             self.table_uri,
@@ -140,14 +139,6 @@ class AppendSink(BatchSink):
             version=batch_id,
             constraints=constraints,
         )
-
-    def _require_constraints(self, batch: DataFrame, constraints: dict[str, str]) -> None:
-        for name, expression in constraints.items():
-            if not batch.where(~F.coalesce(F.expr(expression), F.lit(False))).isEmpty():
-                raise UseCaseError(
-                    f"use case {self.use_case.name}: its rows violate the table's CHECK "
-                    f"constraint {name}: {expression}"
-                )
 
 
 @dataclass

@@ -86,15 +86,13 @@ class UseCaseStream:
         ((argument, _),) = self.use_case.inputs.items()
         rows = stream_input(spark, self.input_uri, self.flow, self.use_case)
         shaped = shape_output(self.use_case.call({argument: rows}), self.use_case)
-        if isinstance(self.use_case.output, Upsert):
-            schema = table_arrow_schema(
-                latest_per_key(shaped, self.use_case.output), self.use_case.columns
-            )
-            prepare_table(self.use_case, self.table_uri, schema)
+        output = self.use_case.output
+        stored = latest_per_key(shaped, output) if isinstance(output, Upsert) else shaped
+        schema = table_arrow_schema(stored, self.use_case.columns)
+        prepare_table(self.use_case, self.table_uri, schema)
+        if isinstance(output, Upsert):
             self.sink = UpsertSink(self.use_case, self.table_uri, self.checkpoint)
         else:
-            schema = table_arrow_schema(shaped, self.use_case.columns)
-            prepare_table(self.use_case, self.table_uri, schema)
             self.sink = AppendSink(self.use_case, self.table_uri, self.checkpoint, schema=schema)
         log.info(
             "starting %s: %s -> %s (%s), trigger %s",

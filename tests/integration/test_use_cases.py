@@ -242,3 +242,21 @@ def test_bad_functions_and_outputs_stop_with_one_line_naming_the_use_case(
     with pytest.raises(UseCaseError, match=r"^use case account_activity: its output does not fit"):
         UseCaseStream(rekeyed, CALL_EVENTS, settings).start(spark)
     assert DeltaTable(activity.table_uri).version() == version
+
+    # a CHECK constraint its owners added: a batch with a row breaking it is not committed
+    with streaming(spark, settings, FAILED_CALLS) as failed:
+        caught_up(failed, 0)
+    spark.sql(
+        f"ALTER TABLE delta.`{failed.table_uri}` ADD CONSTRAINT early "
+        "CHECK (event_timestamp < '2026-12-02')"
+    )
+    before = DeltaTable(failed.table_uri).version()
+    land(settings, call_rows(8, 50, START_MS + 86_400_000, 60_000))  # the next day's calls
+    stream = UseCaseStream(FAILED_CALLS, CALL_EVENTS, settings)
+    refused = (
+        "use case failed_calls: a row violates the table's CHECK constraint early: "
+        "event_timestamp < '2026-12-02'"
+    )
+    with pytest.raises(UseCaseError, match=f"^{re.escape(refused)}$"):
+        run_query(lambda: stream.start(spark), threading.Event(), batch_error=stream.batch_error)
+    assert DeltaTable(failed.table_uri).version() == before
