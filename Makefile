@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help dev dev-s3 dev-secured schema-registry bench-s3 bench-framed bench-secured venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster soak bench-delta-log bench-open-date bench-dagster-history bench-dedup-state bench-use-case bench-driver-memory bench-read-threads bench-faults broker clean
+.PHONY: help dev dev-s3 dev-secured schema-registry bench-s3 bench-framed bench-secured venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster soak bench-delta-log bench-open-date bench-dagster-history bench-dedup-state bench-use-case bench-daily-use-case bench-driver-memory bench-read-threads bench-faults broker clean
 
 help:
 	@echo "make dev               the whole platform locally; Dagster UI on http://127.0.0.1:3000"
@@ -21,6 +21,7 @@ help:
 	@echo "make bench-cluster     the throughput benchmark on a Spark standalone cluster and on local[2]"
 	@echo "make soak              the platform for an hour at 6,000 events/s with faults: drift of every cost (SOAK_ARGS=...)"
 	@echo "make bench-use-case    the flow and account_activity at 2,000 events/s: freshness p50/p99, RSS"
+	@echo "make bench-daily-use-case  calls_by_region_daily: seconds to make a day of 2 M calls, the refresh"
 	@echo "make bench-delta-log   the stream's commit path on a log holding 30 days of commits, local disk and S3"
 	@echo "make bench-open-date   a date's small files: the stream's checkpoint and readers, daily vs hourly compaction (~25 min)"
 	@echo "make bench-dedup-state one stream's micro-batches before and after a 30 M-key backlog (~40 min)"
@@ -114,6 +115,10 @@ soak: $(STAMP)
 # (USE_CASE_ARGS="--rate 2000 --minutes 10")
 bench-use-case: $(STAMP)
 	cd bench && ../$(BIN)/python use_case_freshness.py --out ../bench-results/use-case.json $(USE_CASE_ARGS)
+
+# (DAILY_ARGS="--calls 2000000 --days 3")
+bench-daily-use-case: $(STAMP)
+	cd bench && ../$(BIN)/python daily_use_case.py --out ../bench-results/daily-use-case.json $(DAILY_ARGS)
 
 # a stream live at 2,000 events/s, a backlog of 30 M keys, live again (DEDUP_ARGS=...)
 bench-dedup-state: $(STAMP)

@@ -4,6 +4,8 @@ checks, vacuum and the hourly table upkeep (open dates compacted, Delta logs cut
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import dagster as dg
 
 from tidelake.assets.quality.partition_checks import build_quality_checks
@@ -25,13 +27,18 @@ from tidelake.streaming.settings import EngineSettings
 
 
 def flow_definitions(
-    flow: FlowSpec, settings: EngineSettings, policy: SupervisorPolicy
+    flow: FlowSpec,
+    settings: EngineSettings,
+    policy: SupervisorPolicy,
+    dated_use_cases: Mapping[dg.AssetKey, str] | None = None,
 ) -> dg.Definitions:
-    """Assets, stream job, supervisor sensor and health checks of one flow."""
+    """Assets, stream job, supervisor sensor and health checks of one flow. `dated_use_cases`:
+    the date-partitioned tables of the use cases built on it (by asset key), whose dates its
+    vacuum job expires with its own."""
     topic, table, quarantine = flow_asset_specs(flow, settings)
     quality = build_quality_checks(flow, settings)
     stream_job = build_stream_job(flow, settings)
-    vacuum_job = build_vacuum_job(flow, settings)
+    vacuum_job = build_vacuum_job(flow, settings, dated_use_cases or {})
     table_upkeep_job = build_table_upkeep_job(flow, settings)
     return dg.Definitions(
         assets=[

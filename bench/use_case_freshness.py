@@ -32,7 +32,7 @@ from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.calls.use_cases import ACCOUNT_ACTIVITY
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic
 from tidelake.streaming.storage.location import Location
-from tidelake.streaming.usecase.position import committed_input_version
+from tidelake.streaming.usecase.position import committed_input_version, version_read
 
 USE_CASE = ACCOUNT_ACTIVITY.name
 
@@ -43,9 +43,9 @@ def batch_ends(checkpoint: Path) -> dict[int, int]:
     ends = {}
     offsets = Location(str(checkpoint)) / "offsets"
     for name in (n for n in offsets.names() if n.isdigit()):
-        source = json.loads((offsets / name).read_text().splitlines()[-1])
-        version = int(source["reservoirVersion"])
-        ends[int(name)] = version - 1 if int(source.get("index", -1)) == -1 else version
+        read = version_read(json.loads((offsets / name).read_text().splitlines()[-1]))
+        if read is not None:
+            ends[int(name)] = read
     return ends
 
 

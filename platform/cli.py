@@ -490,6 +490,12 @@ def stream(
 
     flows = _declared_flows()
     use_case = None if name in flows else _get_use_case(name, flows, "'FLOW|USE_CASE'")
+    if use_case is not None and not use_case.streaming:
+        raise click.BadParameter(
+            f"{name} is a Daily use case: Dagster makes its days (its asset's partitions); "
+            f"`tidelake use-case refresh {name}` makes them all again",
+            param_hint="'FLOW|USE_CASE'",
+        )
     if use_case is not None and (available_now or restart_from_table):
         raise click.UsageError("--available-now and --restart-from-table are a flow's options")
     extra: dict[str, str] = {}
@@ -511,9 +517,9 @@ def stream(
     with graceful_stop_signals() as stop:
         if use_case is not None:  # reads a Delta table: no Kafka
             from tidelake.streaming.stream.runner import run_use_case_stream
-            from tidelake.streaming.usecase.declared import input_flow
 
-            run_use_case_stream(use_case, flows[input_flow(use_case)], settings, stop=stop)
+            (source,) = use_case.inputs.values()  # a streaming use case reads a flow
+            run_use_case_stream(use_case, flows[source.flow], settings, stop=stop)
             return
         run_flow_stream(
             flows[name],
@@ -532,25 +538,37 @@ def use_case_group() -> None:
 
 @use_case_group.command("refresh")
 @click.argument("name", metavar="USE_CASE")
-@click.option(
-    "--force", is_flag=True, help="Refresh even though its query committed within 2 minutes."
-)
-def use_case_refresh(name: str, force: bool) -> None:
+def use_case_refresh(name: str) -> None:
     """Rebuild USE_CASE's table from its input, after its function changed.
 
-    Its table and checkpoint are deleted; its next start (the supervisor's next run, or
-    `tidelake stream USE_CASE`) builds the table anew from the whole input. Stop it first: its
-    supervisor sensor, then its run.
+    A Daily use case: its table is deleted and every day of its input up to yesterday made again
+    now. A streaming one: the refresh is requested, and its next start (the supervisor's next
+    run, or `tidelake stream USE_CASE`) deletes its table and checkpoint and builds the table
+    from the whole input; under Dagster, the job USE_CASE_refresh also restarts its run.
     """
     from tidelake.streaming.settings import load_engine_settings
-    from tidelake.streaming.usecase.refresh import refresh_use_case
+    from tidelake.streaming.usecase.daily import day_source
+    from tidelake.streaming.usecase.declared import declared_use_cases
+    from tidelake.streaming.usecase.refresh import request_refresh
 
-    use_case = _get_use_case(name, _declared_flows(), "'USE_CASE'")
-    done = refresh_use_case(use_case, load_engine_settings(), force=force)
-    click.echo(
-        f"{name}: deleted {done.table_uri} and {done.checkpoint}; its next start rebuilds the "
-        "table from its input"
-    )
+    flows = _declared_flows()
+    use_case = _get_use_case(name, flows, "'USE_CASE'")
+    settings = load_engine_settings()
+    use_cases = declared_use_cases(flows, settings.use_case_modules)
+    if use_case.streaming:
+        marker = request_refresh(use_case, settings)
+        click.echo(
+            f"{name}: refresh requested ({marker}); its next start rebuilds its table from its "
+            "input: restart its stream (terminate its run: the supervisor starts it again)"
+        )
+        return
+    _configure_logging()
+    from tidelake.streaming.stream.runner import run_daily_refresh
+
+    days = run_daily_refresh(use_case, day_source(use_case, use_cases, flows), settings)
+    for built in days:
+        click.echo(f"{name} {built.day}: {built.rows} rows (input version {built.input_version})")
+    click.echo(f"{name}: {len(days)} days made again")
 
 
 @main.command()

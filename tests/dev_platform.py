@@ -26,6 +26,10 @@ QUEUE_PASS = re.compile(
 """The line Dagster's run queue logs on each pass over the queued runs (about every 5 s)."""
 
 
+AUTOMATION_INTERVAL_S = 5
+"""Seconds between ticks of tidelake_automation in a test's `tidelake dev`."""
+
+
 def dev_env(root: Path, settings: EngineSettings, bootstrap_servers: str) -> dict[str, str]:
     """The environment of a test's `tidelake dev`: its own DAGSTER_HOME, TIDELAKE_HOME, lake and
     checkpoints under `root`, 1-second triggers, sensors ticking every 5 s instead of 20 and 30
@@ -38,7 +42,7 @@ def dev_env(root: Path, settings: EngineSettings, bootstrap_servers: str) -> dic
         "TIDELAKE_CHECKPOINTS": str(settings.checkpoints),
         "TIDELAKE_TRIGGER_INTERVAL": "1 second",
         "TIDELAKE_SUPERVISOR_INTERVAL": "5",
-        "TIDELAKE_AUTOMATION_INTERVAL": "5",
+        "TIDELAKE_AUTOMATION_INTERVAL": str(AUTOMATION_INTERVAL_S),
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap_servers,
     }
 

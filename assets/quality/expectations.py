@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from tidelake.streaming.flow.contract import contract_expectations
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.flow.table_schema import table_schema
+from tidelake.streaming.usecase.output import PARTITION_COLUMN
 
 _SAMPLE = 5
 
@@ -102,14 +103,20 @@ def validate_partition(spark: SparkSession, table_uri: str, flow: FlowSpec, day:
     return Validation(day, rows, outcomes, time.perf_counter() - started)
 
 
-def validate_table(spark: SparkSession, table_uri: str, expectations: list[Any]) -> Validation:
-    """Run expectations on a whole table's current snapshot (a use case's table)."""
+def validate_table(
+    spark: SparkSession, table_uri: str, expectations: list[Any], day: str = ""
+) -> Validation:
+    """Run expectations on a use case's table as it stands: the whole of it, or its `day` (a
+    date of its `date` partition column)."""
     import time
 
     started = time.perf_counter()
     frame = spark.read.format("delta").load(table_uri)
-    outcomes = validate_frame(frame, expectations, table_uri.rstrip("/").rsplit("/", 1)[-1])
-    return Validation("", frame.count(), outcomes, time.perf_counter() - started)
+    if day:
+        frame = frame.where(F.col(PARTITION_COLUMN) == F.lit(day).cast("date"))
+    suite = table_uri.rstrip("/").rsplit("/", 1)[-1] + (f"-{day}" if day else "")
+    outcomes = validate_frame(frame, expectations, suite)
+    return Validation(day, frame.count(), outcomes, time.perf_counter() - started)
 
 
 def validate_frame(

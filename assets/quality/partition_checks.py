@@ -186,6 +186,16 @@ def validation_summary(result: Validation) -> str:
     return f"{len(result.failures)} of {len(result.outcomes)} expectations failed: {failed}"
 
 
+def validation_verdict(result: Validation) -> dict[str, Any]:
+    """A validation as an asset check's result or evaluation records it: passed, description,
+    metadata."""
+    return {
+        "passed": result.success,
+        "description": validation_summary(result),
+        "metadata": validation_metadata(result),
+    }
+
+
 def validation_metadata(result: Validation) -> dict[str, Any]:
     lines = ["| expectation | unexpected | % | sample |", "| --- | --- | --- | --- |"]
     for o in result.failures:

@@ -30,6 +30,7 @@ from tidelake.streaming.delta.maintenance import (
 )
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.usecase.output import PARTITION_COLUMN as USE_CASE_PARTITION_COLUMN
 
 
 class CompactionConfig(dg.Config):
@@ -107,14 +108,20 @@ class ExpiryConfig(dg.Config):
     )
 
 
-def build_vacuum_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefinition:
-    tables = _flow_tables(flow, settings)
+def build_vacuum_job(
+    flow: FlowSpec, settings: EngineSettings, dated_use_cases: Mapping[dg.AssetKey, str]
+) -> dg.JobDefinition:
+    """Expiry then vacuum of the flow's tables and of the date-partitioned tables of the use
+    cases on it: a use case's day outlives its input's by no more than the next expiry."""
+    flow_tables = _flow_tables(flow, settings)
+    tables = {**flow_tables, **dated_use_cases}
     partitions = daily_partitions(flow, settings)
 
     @dg.op(name=f"expire_dates_{flow.name}", pool=table_pool(flow), out=dg.Out(dg.Nothing))
     def expire(context: dg.OpExecutionContext, config: ExpiryConfig) -> None:
         days = settings.lake_retention_days if config.days is None else config.days
-        first_kept, results = expire_old_dates(context, tables, flow.partition_column, days)
+        first_kept, results = expire_old_dates(context, flow_tables, flow.partition_column, days)
+        expire_old_dates(context, dated_use_cases, USE_CASE_PARTITION_COLUMN, days)
         expired = results.get(table_key(flow))
         if first_kept is not None and expired is not None:
             for event in _expired_partitions(flow, partitions, expired.dates, first_kept):
@@ -128,10 +135,10 @@ def build_vacuum_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefiniti
 
     @dg.job(
         name=f"{flow.name}_vacuum",
-        description=f"Deletes the dates of {flow.table} and its quarantine older than the "
-        "lake's retention (TIDELAKE_LAKE_RETENTION_DAYS), then the files that no snapshot within "
-        "the vacuum's retention needs (orphans of failed batches too), then checkpoints the "
-        "Delta log.",
+        description=f"Deletes the dates of {flow.table}, its quarantine and its use cases' "
+        "date-partitioned tables older than the lake's retention (TIDELAKE_LAKE_RETENTION_DAYS), "
+        "then the files that no snapshot within the vacuum's retention needs (orphans of failed "
+        "batches too), then checkpoints the Delta log.",
     )
     def vacuum_job() -> None:
         vacuum(expire())

@@ -3,6 +3,8 @@ grouped with its flow, its kind, owners, column docs and health checks."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import dagster as dg
 import pyarrow as pa
 from deltalake.exceptions import TableNotFoundError
@@ -22,6 +24,8 @@ _HOW = {
     "append": "Rows appended as they come, exactly once per micro-batch (Delta application "
     "transaction), partitioned by date.",
     "upsert": "The latest row per key, updated by one idempotent MERGE per micro-batch.",
+    "daily": "Day D is rebuilt whole from the input's day D when that day closes or is "
+    "backfilled (Dagster's automation), in one Delta commit that leaves the other days alone.",
 }
 
 
@@ -42,28 +46,40 @@ def use_case_columns(use_case: UseCaseSpec, settings: EngineSettings) -> dg.Tabl
 def use_case_asset_spec(
     use_case: UseCaseSpec, flow: FlowSpec, settings: EngineSettings
 ) -> dg.AssetSpec:
-    """The use case's table: written by its always-on run outside any materialization, so an
-    asset spec whose observations carry its lag."""
+    """A streaming use case's table: written by its always-on run outside any materialization,
+    so an asset spec whose observations carry its lag."""
+    return dg.AssetSpec(use_case_key(use_case), **use_case_attributes(use_case, flow, settings))
+
+
+def use_case_attributes(
+    use_case: UseCaseSpec,
+    flow: FlowSpec,
+    settings: EngineSettings,
+    deps: list[dg.AssetKey] | None = None,
+) -> dict[str, Any]:
+    """What the UI shows of a use case's table, for its AssetSpec or its daily asset: the edges
+    from its inputs (`deps`; the flow's table by default), its flow's group, kind, owners,
+    column docs and where it lives."""
     metadata: dict[str, object] = {
         "dagster/uri": settings.table_uri(use_case.table),
         "dagster/column_schema": use_case_columns(use_case, settings),
         "use_case_kind": use_case.kind,
         "function": f"{use_case.function.__module__}.{use_case.function.__qualname__}",
-        "job": stream_job_name(use_case),
-        "checkpoint": settings.checkpoint_uri(use_case.checkpoint_name),
     }
+    if use_case.streaming:
+        metadata["job"] = stream_job_name(use_case)
+        metadata["checkpoint"] = settings.checkpoint_uri(use_case.checkpoint_name)
     if isinstance(use_case.output, Upsert):
         metadata["key"] = ", ".join(use_case.output.key)
         metadata["sequence_by"] = use_case.output.sequence_by
-    return dg.AssetSpec(
-        use_case_key(use_case),
-        deps=[table_key(flow)],
-        description=f"{use_case.description} {_HOW[use_case.kind]}".strip(),
-        group_name=flow.name,
-        kinds={"spark", "delta", use_case.kind},
-        owners=list(use_case.owners),
-        metadata=metadata,
-    )
+    return {
+        "deps": deps or [table_key(flow)],
+        "description": f"{use_case.description} {_HOW[use_case.kind]}".strip(),
+        "group_name": flow.name,
+        "kinds": {"spark", "delta", use_case.kind},
+        "owners": list(use_case.owners),
+        "metadata": metadata,
+    }
 
 
 def use_case_check_specs(use_case: UseCaseSpec) -> list[dg.AssetCheckSpec]:

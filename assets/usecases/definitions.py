@@ -1,6 +1,6 @@
 """The Dagster objects of the declared use cases, each generated from its declaration: its
-table's asset (an edge from its input, grouped with its flow), its always-on job, supervisor and
-health checks, its expectations."""
+table's asset (an edge from its input, grouped with its flow) and its expectations; a streaming
+one's always-on job, supervisor and health checks; a Daily one's days made by automation."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ import dagster as dg
 
 from tidelake.assets.stream.supervisor_decision import SupervisorPolicy
 from tidelake.assets.usecases.asset_specs import use_case_asset_spec
+from tidelake.assets.usecases.daily_asset import build_daily_asset
 from tidelake.assets.usecases.expectations_check import build_expectations_check
+from tidelake.assets.usecases.refresh_job import build_refresh_job
 from tidelake.assets.usecases.stream_job import use_case_definitions_of
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
-from tidelake.streaming.usecase.declared import input_flow
+from tidelake.streaming.usecase.daily import day_source
 from tidelake.streaming.usecase.spec import UseCaseSpec
 
 
@@ -24,9 +26,15 @@ def use_case_definitions(
     settings: EngineSettings,
     policy: SupervisorPolicy,
 ) -> dg.Definitions:
-    assets, jobs, sensors, checks = [], [], [], []
+    assets: list[dg.AssetSpec | dg.AssetsDefinition] = []
+    jobs, sensors, checks = [], [], []
     for use_case in use_cases.values():
-        flow = flows[input_flow(use_case)]
+        source = day_source(use_case, use_cases, flows)
+        flow = source.flow
+        jobs.append(build_refresh_job(use_case, source, settings))
+        if not use_case.streaming:
+            assets.append(build_daily_asset(use_case, source, settings))
+            continue
         job, supervisor, health = use_case_definitions_of(use_case, flow, settings, policy)
         assets.append(use_case_asset_spec(use_case, flow, settings))
         jobs.append(job)

@@ -4,11 +4,7 @@ its whole table, on Spark, run on demand (Assets -> the use case -> Checks -> Ex
 import dagster as dg
 
 from tidelake.assets.quality.expectations import validate_table
-from tidelake.assets.quality.partition_checks import (
-    EXPECTATIONS,
-    validation_metadata,
-    validation_summary,
-)
+from tidelake.assets.quality.partition_checks import EXPECTATIONS, validation_verdict
 from tidelake.assets.tables.keys import use_case_key
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.spark.session import host_session
@@ -33,10 +29,6 @@ def build_expectations_check(
     def expectations(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         with host_session(context.resources.spark) as spark:
             result = validate_table(spark, uri, list(factory()))
-        return dg.AssetCheckResult(
-            passed=result.success,
-            description=validation_summary(result),
-            metadata=validation_metadata(result),
-        )
+        return dg.AssetCheckResult(**validation_verdict(result))
 
     return expectations

@@ -23,9 +23,10 @@ from tidelake.assets.usecases.health import UseCaseHealth
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.stream.query import ProgressHandler
+from tidelake.streaming.usecase.inputs import InputMissingError
 from tidelake.streaming.usecase.position import measure_lag
 from tidelake.streaming.usecase.spec import UseCaseSpec
-from tidelake.streaming.usecase.stream import InputMissingError, UseCaseStream, stream_job_name
+from tidelake.streaming.usecase.stream import UseCaseStream, stream_job_name
 
 
 def use_case_stream(use_case: UseCaseSpec, flow: FlowSpec) -> AlwaysOn[UseCaseStream]:

@@ -100,6 +100,12 @@ class Location:
             raise OSError(f"{self.uri} has no modification time")
         return mtime.astimezone(UTC) if mtime.tzinfo else mtime.replace(tzinfo=UTC)
 
+    def delete_file(self) -> None:
+        """Delete this file; nothing if it does not exist."""
+        fs, path = filesystem(self.uri)
+        if self.exists():
+            fs.delete_file(path)
+
     def delete_tree(self) -> None:
         """Delete this folder and everything under it; nothing if it does not exist.
 

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.stream.query import FlowStream, run_query
+from tidelake.streaming.usecase.daily import BuiltDay, DaySource
+from tidelake.streaming.usecase.refresh import refresh_daily
 from tidelake.streaming.usecase.spec import UseCaseSpec
 from tidelake.streaming.usecase.stream import UseCaseStream
 
@@ -71,6 +73,14 @@ def run_use_case_stream(
             explain=stream.explain_failure,
             batch_error=stream.batch_error,
         )
+
+
+def run_daily_refresh(
+    use_case: UseCaseSpec, source: DaySource, settings: EngineSettings
+) -> list[BuiltDay]:
+    """Start Spark and rebuild a Daily use case's table, every day of its input (refresh.py)."""
+    with _spark_session(settings, f"tidelake-refresh-{use_case.name}") as spark:
+        return list(refresh_daily(spark, use_case, source, settings))
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from tidelake.streaming.errors import ConfigError
 from tidelake.streaming.flow.declared import declared_in
 from tidelake.streaming.flow.spec import FlowSpec
-from tidelake.streaming.usecase.spec import UseCaseError, UseCaseSpec
+from tidelake.streaming.usecase.spec import Upsert, UseCaseError, UseCaseSpec, UseCaseTable
 
 BUILTIN_USE_CASE_MODULES = ("tidelake.streaming.calls.use_cases",)
 
@@ -25,11 +25,12 @@ def declared_use_cases(
     """The built-in use cases whose flows are declared, plus every use case of `modules`
     (EngineSettings.use_case_modules), by name, checked against `flows`. Modules are imported
     afresh by each process that asks, so a reloaded code location sees a use case added."""
-    found: dict[str, UseCaseSpec] = {}
-    for module_name in BUILTIN_USE_CASE_MODULES:
-        for use_case in _module_use_cases(module_name):
-            if input_flow(use_case) in flows:
-                found[use_case.name] = use_case
+    builtin = {
+        u.name: u
+        for module_name in BUILTIN_USE_CASE_MODULES
+        for u in _module_use_cases(module_name)
+    }
+    found = {n: u for n, u in builtin.items() if _root_flow(u, builtin) in flows}
     for module_name in modules:
         for use_case in _module_use_cases(module_name):
             if use_case.name in found:
@@ -42,15 +43,38 @@ def declared_use_cases(
     return found
 
 
-def input_flow(use_case: UseCaseSpec) -> str:
-    """The flow whose table the use case reads; its assets are grouped with that flow's."""
+def input_flow(use_case: UseCaseSpec, use_cases: Mapping[str, UseCaseSpec]) -> str:
+    """The flow whose table the use case reads, itself or through the use cases it reads; its
+    assets are grouped with that flow's and have its days."""
+    flow = _root_flow(use_case, use_cases)
+    assert flow is not None, f"{use_case.name}: checked by check_use_cases"
+    return flow
+
+
+def input_use_case(
+    use_case: UseCaseSpec, use_cases: Mapping[str, UseCaseSpec]
+) -> UseCaseSpec | None:
+    """The use case whose table this one reads; None when it reads a flow's."""
     (source,) = use_case.inputs.values()
+    return use_cases[source.use_case] if isinstance(source, UseCaseTable) else None
+
+
+def _root_flow(use_case: UseCaseSpec, use_cases: Mapping[str, UseCaseSpec]) -> str | None:
+    """The flow at the start of the chain of inputs; None when the chain breaks or loops."""
+    seen = {use_case.name}
+    (source,) = use_case.inputs.values()
+    while isinstance(source, UseCaseTable):
+        upstream = use_cases.get(source.use_case)
+        if upstream is None or upstream.name in seen:
+            return None
+        seen.add(upstream.name)
+        (source,) = upstream.inputs.values()
     return source.flow
 
 
 def check_use_cases(use_cases: Mapping[str, UseCaseSpec], flows: Mapping[str, FlowSpec]) -> None:
-    """Refuse use cases that cannot run: an input that does not exist, or a table name a flow
-    already has."""
+    """Refuse use cases that cannot run: an input that does not exist, an upsert table read by
+    day, a loop of inputs, or a table name a flow already has."""
     tables = {t for f in flows.values() for t in (f.table, f.quarantine_table)}
     for use_case in use_cases.values():
         if use_case.table in tables:
@@ -58,8 +82,31 @@ def check_use_cases(use_cases: Mapping[str, UseCaseSpec], flows: Mapping[str, Fl
                 f"use case {use_case.name}: its table name is a flow's table already"
             )
         for argument, source in use_case.inputs.items():
-            if source.flow not in flows:
+            if isinstance(source, UseCaseTable):
+                _check_use_case_input(use_case, argument, source, use_cases)
+            elif source.flow not in flows:
                 raise UseCaseError(
                     f"use case {use_case.name}: input {argument!r} reads flow {source.flow!r}, "
                     f"which is not declared (declared flows: {', '.join(sorted(flows))})"
                 )
+        if _root_flow(use_case, use_cases) is None:
+            raise UseCaseError(f"use case {use_case.name}: its inputs read each other in a loop")
+
+
+def _check_use_case_input(
+    use_case: UseCaseSpec,
+    argument: str,
+    source: UseCaseTable,
+    use_cases: Mapping[str, UseCaseSpec],
+) -> None:
+    upstream = use_cases.get(source.use_case)
+    if upstream is None:
+        raise UseCaseError(
+            f"use case {use_case.name}: input {argument!r} reads use case {source.use_case!r}, "
+            f"which is not declared (declared use cases: {', '.join(sorted(use_cases))})"
+        )
+    if isinstance(upstream.output, Upsert):
+        raise UseCaseError(
+            f"use case {use_case.name} ({use_case.kind}) reads use case {upstream.name}, an "
+            "upsert table, which has no days: read its input instead, or make it an Append"
+        )

@@ -1,5 +1,5 @@
-"""A use case's input as a streaming DataFrame: the flow's table through Delta's own streaming
-source.
+"""A use case's input: the flow's table through Delta's own streaming source (a streaming use
+case), or one day of it at one Delta version (a Daily one).
 
 Commits that change no data (a compaction: dataChange false) are skipped by the source itself;
 commits that rewrite or remove rows (a backfill's replaced dates, a date's expiry, a vacuum's
@@ -11,11 +11,34 @@ its watermark is set.
 
 from __future__ import annotations
 
+from datetime import date
+
+from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from tidelake.streaming.delta.tables import open_table
+from tidelake.streaming.errors import SetupError
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.usecase.spec import EVENT_TIMESTAMP, UseCaseSpec
+
+
+class InputMissingError(SetupError, RuntimeError):
+    """A use case's input table does not exist yet: its flow's stream creates it with its first
+    batch. The supervisor starts the use case again after its back-off."""
+
+
+def input_version(use_case: UseCaseSpec, table_uri: str, described: str) -> int:
+    """The input table's current version; InputMissingError, naming the use case and its input
+    (`described`: "flow x", "use case y"), while it does not exist."""
+    try:
+        return open_table(table_uri, without_files=True).version()
+    except TableNotFoundError:
+        raise InputMissingError(
+            f"use case {use_case.name}: its input, {described}'s table {table_uri}, does not "
+            "exist yet (its first write creates it)"
+        ) from None
+
 
 MAX_FILES_PER_TRIGGER = 1000
 """Files of the input table a micro-batch reads at most (Delta's default; stated so that a
@@ -42,3 +65,11 @@ def stream_input(
     return rows.withColumn(EVENT_TIMESTAMP, event_timestamp(flow)).withWatermark(
         EVENT_TIMESTAMP, watermark
     )
+
+
+def day_input(
+    spark: SparkSession, table_uri: str, partition_column: str, day: date, version: int
+) -> DataFrame:
+    """Date `day` of a table (its `partition_column`) as of `version`, a static DataFrame."""
+    rows = spark.read.format("delta").option("versionAsOf", str(version)).load(table_uri)
+    return rows.where(F.col(partition_column) == F.lit(day))

@@ -5,6 +5,7 @@ rows reduced to one per key. Every writer of a use case's table shapes its rows 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import date
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -13,7 +14,7 @@ from pyspark.sql.types import DateType, TimestampNTZType, TimestampType
 
 from tidelake.streaming.delta.write import arrow_schema
 from tidelake.streaming.flow.table_schema import COMMENT_KEY
-from tidelake.streaming.usecase.spec import Append, Upsert, UseCaseError, UseCaseSpec
+from tidelake.streaming.usecase.spec import Append, Daily, Upsert, UseCaseError, UseCaseSpec
 
 PARTITION_COLUMN = "date"
 KEY_PROPERTY = "tidelake.use_case.key"
@@ -21,9 +22,9 @@ KEY_PROPERTY = "tidelake.use_case.key"
 SEQUENCE_PROPERTY = "tidelake.use_case.sequence_by"
 
 
-def shape_output(rows: object, use_case: UseCaseSpec) -> DataFrame:
-    """The function's result as the table's rows; a UseCaseError naming the use case when it
-    is not a DataFrame or lacks what its kind needs."""
+def shape_output(rows: object, use_case: UseCaseSpec, day: date | None = None) -> DataFrame:
+    """The function's result as the table's rows (a Daily one's: of `day`); a UseCaseError
+    naming the use case when it is not a DataFrame or lacks what its kind needs."""
     if not isinstance(rows, DataFrame):
         raise UseCaseError(
             f"use case {use_case.name}: its function returned {type(rows).__name__}, not a "
@@ -38,6 +39,14 @@ def shape_output(rows: object, use_case: UseCaseSpec) -> DataFrame:
         _require_columns(rows, use_case, [output.sequence_by], "sequence_by")
         _require_columns(rows, use_case, list(output.sums), "sums")
         return rows
+    if isinstance(output, Daily):
+        assert day is not None, "a Daily use case's output is shaped by day"
+        if PARTITION_COLUMN in rows.columns:
+            raise UseCaseError(
+                f"use case {use_case.name}: its function's output for {day} has a column "
+                f"{PARTITION_COLUMN!r}; the engine adds it (the day of the input it was given)"
+            )
+        return rows.withColumn(PARTITION_COLUMN, F.lit(day))
     raise AssertionError(output)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from deltalake.exceptions import TableNotFoundError
 
@@ -15,8 +16,11 @@ from tidelake.streaming.storage.location import Location
 
 def committed_input_version(checkpoint: str) -> int | None:
     """The newest input version the query's last committed batch read in full, None before its
-    first commit. Delta's source offset names the next version to read (`reservoirVersion`) and
-    the file index within it, -1 when none of it was read."""
+    first commit or while the input's first snapshot is only partly read. Delta's source offset
+    names the version being read (`reservoirVersion`) and the last file of it read (`index`):
+    -1 when none of it was read; a version read to its end moves the offset to the next version
+    with -1 (Delta never stores its END_INDEX), so an index >= 0 is a version read in part
+    (maxFilesPerTrigger cut the batch inside it)."""
     root = Location(checkpoint)
     commits = root / "commits"
     if not commits.exists():
@@ -26,8 +30,16 @@ def committed_input_version(checkpoint: str) -> int | None:
         return None
     lines = (root / "offsets" / str(max(done))).read_text().splitlines()
     offset = json.loads(lines[-1])
-    version = int(offset["reservoirVersion"])
-    return version - 1 if int(offset.get("index", -1)) == -1 else version
+    return version_read(offset)
+
+
+def version_read(offset: dict[str, Any]) -> int | None:
+    """The newest input version read in full up to a Delta source offset (see
+    committed_input_version)."""
+    version, index = int(offset["reservoirVersion"]), int(offset.get("index", -1))
+    if index >= 0 and offset.get("isStartingVersion"):
+        return None  # the first snapshot, read in part: no version complete yet
+    return version - 1
 
 
 def commit_time_ms(table_uri: str, version: int) -> int | None:

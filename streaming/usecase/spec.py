@@ -5,10 +5,13 @@
 
 - `Append`: a date-partitioned Delta table, rows as they come;
 - `Upsert`: a Delta table keyed by `key`, the latest row per key by `sequence_by` (SCD type 1),
-  with `sums` added up across rows, updated by one MERGE per micro-batch.
+  with `sums` added up across rows, updated by one MERGE per micro-batch;
+- `Daily`: a date-partitioned Delta table whose day D is the function applied to the input's
+  day D, replaced whole whenever that input day is closed or rebuilt.
 
-Each runs always on as one streaming query (streaming/usecase/stream.py). Nothing in the engine
-is written per use case.
+Append and Upsert run always on as one streaming query each (streaming/usecase/stream.py); a
+Daily one runs as a Dagster asset partition per day (streaming/usecase/daily.py). Nothing in the
+engine is written per use case.
 """
 
 from __future__ import annotations
@@ -47,8 +50,16 @@ class FlowTable:
     flow: str
 
 
-UseCaseInput = FlowTable
-"""What a use case reads; later inputs (another use case's table, a topic) join this union."""
+@dataclass(frozen=True)
+class UseCaseTable:
+    """Another use case's table, by day: an Append or a Daily one (a Daily use case's input;
+    an Upsert table has no days)."""
+
+    use_case: str
+
+
+UseCaseInput = FlowTable | UseCaseTable
+"""What a use case reads; later inputs (a topic) join this union."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +80,13 @@ class Upsert:
     sums: tuple[str, ...] = ()
 
 
-OutputKind = Append | Upsert
+@dataclass(frozen=True)
+class Daily:
+    """One partition per UTC day: the function gets the input's day (a static DataFrame, read
+    at one Delta version) and returns the derived day, which replaces the table's day whole."""
+
+
+OutputKind = Append | Upsert | Daily
 
 
 @dataclass(frozen=True)
@@ -113,13 +130,21 @@ class UseCaseSpec:
                 f"use case {self.name}: it reads exactly one input, not {len(self.inputs)}"
             )
         for argument, source in self.inputs.items():
-            if not isinstance(source, FlowTable):
+            if not isinstance(source, FlowTable | UseCaseTable):
                 raise UseCaseError(
-                    f"use case {self.name}: input {argument!r} is {source!r}, not a FlowTable"
+                    f"use case {self.name}: input {argument!r} is {source!r}, not a FlowTable "
+                    "or UseCaseTable"
                 )
-        if not isinstance(self.output, Append | Upsert):
+            if isinstance(source, UseCaseTable) and not isinstance(self.output, Daily):
+                raise UseCaseError(
+                    f"use case {self.name}: input {argument!r} is use case "
+                    f"{source.use_case!r}'s table, which only a Daily use case reads; a "
+                    "streaming one reads a flow's table"
+                )
+        if not isinstance(self.output, Append | Upsert | Daily):
             raise UseCaseError(
-                f"use case {self.name}: output is {self.output!r}, not Append(...) or Upsert(...)"
+                f"use case {self.name}: output is {self.output!r}, not Append(...), Upsert(...) "
+                "or Daily()"
             )
         if isinstance(self.output, Upsert):
             if not self.output.key:
@@ -149,6 +174,11 @@ class UseCaseSpec:
         return None if isinstance(self.output, Upsert) else "date"
 
     @property
+    def streaming(self) -> bool:
+        """Runs always on as a streaming query (Append, Upsert), not by day (Daily)."""
+        return not isinstance(self.output, Daily)
+
+    @property
     def checkpoint_name(self) -> str:
         """Its query's checkpoint folder under the checkpoint root."""
         return f"use_case-{self.name}"
@@ -168,8 +198,24 @@ class UseCaseSpec:
 _KIND_NAMES: dict[type, str] = {
     Append: "append",
     Upsert: "upsert",
+    Daily: "daily",
 }
 
 
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else "(no message)"
+
+
+_PYTHON_ERROR = re.compile(r"^\s*(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
+
+
+def failure_line(use_case: UseCaseSpec, failure: BaseException | str) -> str:
+    """A failed query's error in one line naming the use case: the innermost Python exception
+    Spark's wrapping holds (the function's own), else its first line."""
+    text = str(failure)
+    found = _PYTHON_ERROR.findall(text)
+    if found:
+        kind, message = found[-1]
+        return f"use case {use_case.name}: {kind}: {message.strip()[:500]}"
+    first = text.strip().splitlines()[0] if text.strip() else "the query failed"
+    return f"use case {use_case.name}: {first[:500]}"

@@ -9,28 +9,21 @@ use case's stream is one query, which a later Spark application can host beside 
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
 
-from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from tidelake.streaming.delta.tables import open_table
-from tidelake.streaming.errors import SetupError, TidelakeError
+from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
-from tidelake.streaming.usecase.inputs import stream_input
+from tidelake.streaming.usecase.inputs import input_version, stream_input
 from tidelake.streaming.usecase.output import latest_per_key, shape_output, table_arrow_schema
+from tidelake.streaming.usecase.refresh import take_refresh
 from tidelake.streaming.usecase.sinks import AppendSink, BatchSink, UpsertSink, prepare_table
-from tidelake.streaming.usecase.spec import Upsert, UseCaseSpec
+from tidelake.streaming.usecase.spec import Upsert, UseCaseSpec, failure_line
 
 log = logging.getLogger(__name__)
-
-
-class InputMissingError(SetupError, RuntimeError):
-    """A use case's input table does not exist yet: its flow's stream creates it with its first
-    batch. The supervisor starts the use case again after its back-off."""
 
 
 def stream_job_name(use_case: UseCaseSpec) -> str:
@@ -71,18 +64,14 @@ class UseCaseStream:
 
     def require_input(self) -> None:
         """InputMissingError unless the input table exists."""
-        try:
-            open_table(self.input_uri, without_files=True)
-        except TableNotFoundError:
-            raise InputMissingError(
-                f"use case {self.use_case.name}: its input, flow {self.flow.name}'s table "
-                f"{self.input_uri}, does not exist yet (the flow's stream creates it with its "
-                "first batch)"
-            ) from None
+        input_version(self.use_case, self.input_uri, f"flow {self.flow.name}")
 
     def start(self, spark: SparkSession) -> StreamingQuery:
-        """Start the query; a UseCaseError (naming the use case) if its function raises or its
-        output does not fit its table, before anything is written."""
+        """Start the query (after a full refresh when one was requested, refresh.py); a
+        UseCaseError (naming the use case) if its function raises or its output does not fit
+        its table, before anything is written."""
+        if take_refresh(self.use_case, self.settings):
+            log.info("%s: full refresh: table and checkpoint deleted", self.query_name)
         ((argument, _),) = self.use_case.inputs.items()
         rows = stream_input(spark, self.input_uri, self.flow, self.use_case)
         shaped = shape_output(self.use_case.call({argument: rows}), self.use_case)
@@ -117,18 +106,3 @@ class UseCaseStream:
     def batch_error(self) -> TidelakeError | None:
         """Why the query's last batch was abandoned, if tidelake raised it (sinks.py)."""
         return None if self.sink is None else self.sink.failure
-
-
-_PYTHON_ERROR = re.compile(r"^\s*(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
-
-
-def failure_line(use_case: UseCaseSpec, failure: BaseException | str) -> str:
-    """A failed query's error in one line naming the use case: the innermost Python exception
-    Spark's wrapping holds (the function's own), else its first line."""
-    text = str(failure)
-    found = _PYTHON_ERROR.findall(text)
-    if found:
-        kind, message = found[-1]
-        return f"use case {use_case.name}: {kind}: {message.strip()[:500]}"
-    first = text.strip().splitlines()[0] if text.strip() else "the query failed"
-    return f"use case {use_case.name}: {first[:500]}"

@@ -3,11 +3,12 @@ in its own process group with its own DAGSTER_HOME, against the test session's b
 drive Dagster only through its GraphQL API and read the Delta tables with delta-rs and DuckDB.
 
 Order matters (one stack per module): up -> exactly once -> the supervisor closes past days ->
-a backfill of the closed days in the browser with no failed run so far -> SIGKILL of the run ->
-terminate from the UI -> a second run queues -> quality checks -> automatic compaction -> events
-through the ingest service (exactly once after the restarts) -> account_activity beside the
-stream -> a flow added and the code location reloaded -> the stream's age plotted -> Ctrl-C
-leaves no process behind.
+a backfill of the closed days in the browser with no failed run so far -> the daily use case's
+days made again after it -> SIGKILL of the run -> terminate from the UI -> a second run queues ->
+quality checks -> automatic compaction -> events through the ingest service (exactly once after
+the restarts) -> account_activity beside the stream -> its full refresh from the UI -> a flow
+added and the code location reloaded -> the stream's age plotted -> Ctrl-C leaves no process
+behind.
 """
 
 from __future__ import annotations
@@ -30,11 +31,21 @@ import grpc
 import psutil
 import pytest
 from dagster_ui import browser_ui
+from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
-from dev_platform import JOB, RunningDev, dev_env, start_dev, stop_dev, stream_worker_pid
+from dev_platform import (
+    AUTOMATION_INTERVAL_S,
+    JOB,
+    RunningDev,
+    dev_env,
+    start_dev,
+    stop_dev,
+    stream_worker_pid,
+)
 from flows import PAGE_VIEWS
 from lake_readers import duckdb_query, read_delta
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from use_case_tables import assert_day_equals_recomputation
 
 from tidelake.assets.quality.partition_checks import EXPECTATIONS, QUARANTINE_SHARE, VOLUME
 from tidelake.platform.dev.check import check_dev
@@ -263,6 +274,50 @@ def test_a_user_backfills_closed_days_in_the_browser_and_no_run_failed(stack: St
     assert not failed, stack.tail()
 
 
+def test_a_daily_use_case_is_made_when_its_days_close_and_again_after_their_backfill(
+    stack: Stack,
+) -> None:
+    """calls_by_region_daily: each closed day made by automation when the supervisor closed it,
+    and once more after the browser's backfill of that day, not on every tick; each day equal to
+    a recomputation from call_events as it stands; its expectations checked per day; drawn with
+    its partitions and checks."""
+    days = _closed_days(stack)
+    key = ["lake", "calls_by_region_daily"]
+
+    def made_twice() -> Counter[str] | None:
+        data = stack.web.query(
+            """query($key: AssetKeyInput!) { assetOrError(assetKey: $key) {
+                ... on Asset { assetMaterializations { partition } } } }""",
+            {"key": {"path": key}},
+        )
+        counts = Counter(m["partition"] for m in data["assetOrError"]["assetMaterializations"])
+        return counts if all(counts[d] >= 2 for d in days) else None
+
+    counts = stack.wait_for_automation(made_twice, 300, f"{key} of {days} made twice")
+    time.sleep(3 * AUTOMATION_INTERVAL_S)  # more ticks: nothing made again
+    assert made_twice() == counts and {d: counts[d] for d in days} == dict.fromkeys(days, 2)
+    for day in days:
+        assert_day_equals_recomputation(stack.settings, day)
+
+    def checked() -> dict[str, str] | None:
+        found = stack.web.check_statuses(key, EXPECTATIONS)
+        done = {d: found.get(d) for d in days}
+        return done if all(s not in (None, "IN_PROGRESS") for s in done.values()) else None
+
+    statuses = stack.wait_for_automation(checked, 120, f"expectations of {key}")
+    assert set(statuses.values()) == {"SUCCEEDED"}
+    with browser_ui(stack.web.url, "daily-use-cases") as ui:
+        ui.open("/assets/lake/calls_by_region_daily?view=partitions")
+        ui.page.get_by_text(days[-1]).first.wait_for(timeout=60_000)
+        ui.shot("daily-use-case-partitions")
+        ui.open("/assets/lake/calls_by_region_daily?view=checks")
+        ui.page.get_by_text(EXPECTATIONS).first.wait_for(timeout=60_000)
+        ui.shot("daily-use-case-checks")
+        ui.open("/assets/lake/calls_by_region_daily?view=lineage")
+        ui.page.get_by_text("call_events").first.wait_for(timeout=60_000)
+        ui.shot("daily-use-case-lineage")
+
+
 def _run_worker(stack: Stack, run_id: str) -> psutil.Process:
     """The process executing the run, as the run's own log names it (read over GraphQL)."""
     worker = psutil.Process(stream_worker_pid(stack.web, run_id))
@@ -469,6 +524,44 @@ def test_account_activity_streams_beside_the_flow_on_the_asset_graph(stack: Stac
         ui.open("/assets/lake/account_activity?view=lineage")  # its upstream, drawn
         ui.page.get_by_text("call_events").first.wait_for(timeout=60_000)
         ui.shot("account-activity-lineage")
+
+
+def test_refreshing_account_activity_in_the_ui_rebuilds_it_from_the_whole_input(
+    stack: Stack,
+) -> None:
+    """The full refresh's UI action, the job account_activity_refresh launched as the Launchpad
+    does: the stream's run is terminated, its supervisor starts it again, and that start deletes
+    the table and checkpoint and builds them anew from call_events, equal to it."""
+    uri = stack.settings.table_uri("account_activity")
+    job = "use_case_account_activity"
+    live = wait_for(lambda: stack.web.runs(job, ["STARTED"]) or None, 120, f"a run of {job}")
+    started_ms = time.time() * 1000
+    refresh = stack.web.launch_run("account_activity_refresh")
+
+    def finished(run_id: str) -> Callable[[], str | None]:
+        def status() -> str | None:
+            (run,) = [r for r in stack.web.runs(None) if r["runId"] == run_id]
+            return run["status"] if run["status"] in _FINISHED else None
+
+        return status
+
+    assert wait_for(finished(refresh), 120, "the refresh run") == "SUCCESS", stack.tail()
+    assert wait_for(finished(live[0]["runId"]), 120, "the stream's run to end") == "CANCELED"
+    events = read_delta(stack.table_uri).to_pandas()
+
+    def rebuilt() -> Any:
+        try:
+            table = DeltaTable(uri)
+        except TableNotFoundError:
+            return None
+        if table.history()[-1]["timestamp"] < started_ms:  # its first commit: the old table
+            return None
+        rows = read_delta(uri).to_pandas().set_index("account_sid").sort_index()
+        return rows if rows["calls"].sum() == len(events) else None
+
+    table = wait_for(rebuilt, 300, "account_activity rebuilt after its refresh", interval_s=2)
+    counts = events.groupby("account_sid")["call_sid"].count()
+    assert table["calls"].to_dict() == counts.to_dict()
 
 
 ADDED_FLOW = """

@@ -17,6 +17,7 @@ from tidelake.assets.definitions import build_definitions
 from tidelake.assets.tables.keys import table_key
 from tidelake.streaming.calls.anomaly.detector import ANOMALIES_TABLE, ANOMALY_SCHEMA
 from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.calls.use_cases import CALLS_BY_REGION_DAILY
 from tidelake.streaming.settings import EngineSettings
 
 
@@ -110,3 +111,19 @@ def _expired(run: dg.ExecuteInProcessResult) -> int:
         and "expired_dates" in e.event_specific_data.asset_observation.metadata
     ]
     return int(observation.metadata["expired_dates"].value)
+
+
+def test_a_flows_expiry_deletes_the_same_dates_of_its_use_cases_tables(tmp_path: Path) -> None:
+    """A daily use case's day outlives its input's day by no more than the flow's next expiry:
+    call_events_vacuum deletes the dates of calls_by_region_daily with call_events' own."""
+    settings = EngineSettings(lake=tmp_path / "lake", checkpoints=tmp_path / "cp")
+    today = datetime.now(UTC).date()
+    days = [today - timedelta(days=n) for n in (5, 4, 1)]
+    daily = pa.table({"region": ["us1"] * 3, "calls": [1, 2, 3], "date": days})
+    write_deltalake(settings.table_uri(CALLS_BY_REGION_DAILY.table), daily, partition_by=["date"])
+    defs = build_definitions({CALL_EVENTS.name: CALL_EVENTS}, settings)
+    job = defs.resolve_job_def(f"{CALL_EVENTS.name}_vacuum")
+    config = {"ops": {f"expire_dates_{CALL_EVENTS.name}": {"config": {"days": 3}}}}
+    with dg.instance_for_test() as instance:
+        assert job.execute_in_process(instance=instance, run_config=config).success
+    assert rows_by_date(settings.table_uri(CALLS_BY_REGION_DAILY.table)) == {days[2].isoformat(): 1}

@@ -211,6 +211,7 @@ def test_automation_checks_closed_days_and_compacts_only_those_that_pass(
             QUARANTINE_SHARE: days,
             compaction.path[-1]: days,
             "call_anomaly_model": days,  # also gated by the blocking check; not run here
+            "calls_by_region_daily": days,  # likewise (test_daily_use_cases makes its days)
         }
         for day in sorted(days):  # the runs automation launches: a day's checks + compaction
             defs.resolve_job_def(by_day.name).execute_in_process(
@@ -240,4 +241,5 @@ def test_automation_checks_closed_days_and_compacts_only_those_that_pass(
         assert requested(tick) == {
             compaction.path[-1]: {"2026-11-11"},
             "call_anomaly_model": {"2026-11-11"},
+            "calls_by_region_daily": {"2026-11-11"},
         }

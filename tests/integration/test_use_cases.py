@@ -9,6 +9,7 @@ use case, their table untouched.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 import threading
@@ -35,6 +36,7 @@ from tidelake.streaming.flow.table_schema import table_schema
 from tidelake.streaming.polling import poll_until
 from tidelake.streaming.stream.query import StreamFailedError, run_query
 from tidelake.streaming.usecase.position import committed_input_version, measure_lag
+from tidelake.streaming.usecase.refresh import refresh_marker, request_refresh
 from tidelake.streaming.usecase.spec import Append, FlowTable, Upsert, UseCaseError, UseCaseSpec
 from tidelake.streaming.usecase.stream import UseCaseStream
 
@@ -260,3 +262,22 @@ def test_bad_functions_and_outputs_stop_with_one_line_naming_the_use_case(
     with pytest.raises(UseCaseError, match=f"^{re.escape(refused)}$"):
         run_query(lambda: stream.start(spark), threading.Event(), batch_error=stream.batch_error)
     assert DeltaTable(failed.table_uri).version() == before
+
+    # the function changed (a column more): a full refresh rebuilds the table from the whole
+    # input at the next start (the constraint its owners added went with the old table)
+    changed = dataclasses.replace(FAILED_CALLS, function=failed_calls_with_region)
+    request_refresh(changed, settings)
+    with streaming(spark, settings, changed) as failed:
+        caught_up(failed, DeltaTable(settings.table_uri(CALL_EVENTS.table)).version())
+    assert not refresh_marker(changed, settings).exists()
+    calls = read_delta(settings.table_uri(CALL_EVENTS.table)).to_pandas()
+    expected = calls[calls["call_state"] == "failed"].set_index("call_sid")["region"]
+    landed = read_delta(failed.table_uri).to_pandas().set_index("call_sid")
+    assert landed.index.is_unique
+    assert landed["region"].sort_index().equals(expected.sort_index())
+
+
+def failed_calls_with_region(call_events: DataFrame) -> DataFrame:
+    return call_events.where(F.col("call_state") == "failed").select(
+        "call_sid", "account_sid", "region", "event_timestamp"
+    )

@@ -176,7 +176,7 @@ def test_partitions_start_at_the_oldest_date_the_lake_keeps(tmp_path: Path) -> N
             for node in graph.asset_nodes
             if isinstance(node.partitions_def, dg.DailyPartitionsDefinition)
         }
-        assert len(starts) == 3 and set(starts.values()) == {start}, (days, starts)
+        assert len(starts) == 4 and set(starts.values()) == {start}, (days, starts)
 
 
 def test_every_job_runs_its_steps_in_the_runs_own_process() -> None:

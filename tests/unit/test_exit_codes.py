@@ -25,7 +25,6 @@ EXIT_CODES = {
     "FlowSpecError": 2,
     "UseCaseError": 2,
     "InputMissingError": 2,
-    "UseCaseRunningError": 1,
     "DescriptorSetError": 2,
     "JavaMissingError": 2,
     "JarsMissingError": 2,

@@ -9,9 +9,18 @@ from typing import Any
 import pytest
 
 from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.calls.use_cases import ACCOUNT_ACTIVITY
 from tidelake.streaming.errors import ConfigError
 from tidelake.streaming.usecase.declared import check_use_cases, declared_use_cases, input_flow
-from tidelake.streaming.usecase.spec import Append, FlowTable, Upsert, UseCaseError, UseCaseSpec
+from tidelake.streaming.usecase.spec import (
+    Append,
+    Daily,
+    FlowTable,
+    Upsert,
+    UseCaseError,
+    UseCaseSpec,
+    UseCaseTable,
+)
 
 FLOWS = {CALL_EVENTS.name: CALL_EVENTS}
 
@@ -26,8 +35,11 @@ def spec(name: str, inputs: dict[str, Any], output: Any = None) -> UseCaseSpec:
 
 def test_the_builtin_use_cases_are_declared_on_call_events() -> None:
     declared = declared_use_cases(FLOWS)
-    assert {"account_activity"} <= set(declared)
-    assert all(input_flow(u) == "call_events" for u in declared.values())
+    assert {"account_activity", "calls_by_region_daily"} <= set(declared)
+    kinds = {name: (u.kind, u.streaming) for name, u in declared.items()}
+    assert kinds["account_activity"] == ("upsert", True)
+    assert kinds["calls_by_region_daily"] == ("daily", False)
+    assert all(input_flow(u, declared) == "call_events" for u in declared.values())
     assert declared_use_cases({}) == {}  # a deployment without call_events has none of them
 
 
@@ -52,11 +64,16 @@ def test_the_builtin_use_cases_are_declared_on_call_events() -> None:
         ),
         (
             lambda: spec("not_a_table", {"e": "call_events"}),
-            "not_a_table: input 'e' is 'call_events', not a FlowTable",
+            "not_a_table: input 'e' is 'call_events', not a FlowTable or UseCaseTable",
         ),
         (
             lambda: spec("what", {"e": FlowTable("call_events")}, "upsert"),
-            "what: output is 'upsert', not Append(...) or Upsert(...)",
+            "what: output is 'upsert', not Append(...), Upsert(...) or Daily()",
+        ),
+        (
+            lambda: spec("chained", {"e": UseCaseTable("failed_calls")}, Append()),
+            "chained: input 'e' is use case 'failed_calls''s table, which only a Daily use case "
+            "reads; a streaming one reads a flow's table",
         ),
     ],
 )
@@ -74,6 +91,22 @@ def test_a_declaration_that_cannot_work_is_refused(make: Any, message: str) -> N
             r"\(declared flows: call_events\)",
         ),
         ([spec("call_events_quarantine", {"e": FlowTable("call_events")})], "a flow's table"),
+        (
+            [ACCOUNT_ACTIVITY, spec("by_day", {"a": UseCaseTable("account_activity")}, Daily())],
+            r"use case by_day \(daily\) reads use case account_activity, an upsert table, which "
+            "has no days",
+        ),
+        (
+            [spec("by_day", {"a": UseCaseTable("nothing")}, Daily())],
+            "use case by_day: input 'a' reads use case 'nothing', which is not declared",
+        ),
+        (
+            [
+                spec("one", {"a": UseCaseTable("two")}, Daily()),
+                spec("two", {"a": UseCaseTable("one")}, Daily()),
+            ],
+            "use case one: its inputs read each other in a loop",
+        ),
     ],
 )
 def test_inputs_are_checked_against_the_declared_flows(
@@ -106,3 +139,12 @@ def test_a_function_that_raises_becomes_one_line_naming_the_use_case() -> None:
 def test_two_use_cases_with_one_name_are_refused_naming_it() -> None:
     with pytest.raises(ConfigError, match="declares use case 'account_activity', which is already"):
         declared_use_cases(FLOWS, ["tidelake.streaming.calls.use_cases"])
+
+
+def test_a_daily_use_case_reads_an_append_or_daily_table_by_its_flows_days() -> None:
+    appended = spec("appended", {"e": FlowTable("call_events")})
+    daily = spec("by_day", {"a": UseCaseTable("appended")}, Daily())
+    second = spec("by_day_again", {"d": UseCaseTable("by_day")}, Daily())
+    use_cases = {u.name: u for u in (appended, daily, second)}
+    check_use_cases(use_cases, FLOWS)
+    assert input_flow(second, use_cases) == "call_events"
