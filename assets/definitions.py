@@ -20,13 +20,14 @@ from tidelake.assets.history.retention import (
 from tidelake.assets.resources import KafkaResource, engine_settings, spark_resource
 from tidelake.assets.stream.supervisor_decision import SupervisorPolicy
 from tidelake.assets.tables.keys import use_case_key
+from tidelake.assets.tables.table_maintenance import UseCaseTables
 from tidelake.assets.usecases.definitions import use_case_definitions
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.flow.declared import declared_flows
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.usecase.declared import declared_use_cases, input_flow
-from tidelake.streaming.usecase.spec import UseCaseSpec
+from tidelake.streaming.usecase.spec import Append, Daily, Upsert, UseCaseSpec
 
 FLOW_ADDITIONS: dict[
     str, Callable[[FlowSpec, EngineSettings, SupervisorPolicy], dg.Definitions]
@@ -46,7 +47,7 @@ def build_definitions(
     flows = {name: settings.deployed(flow) for name, flow in declared.items()}
     use_cases = declared_use_cases(flows, settings.use_case_modules)
     per_flow = [
-        flow_definitions(f, settings, policy, dated_use_case_tables(f, use_cases, settings))
+        flow_definitions(f, settings, policy, use_case_tables(f, use_cases, settings))
         for f in flows.values()
     ]
     per_flow.append(use_case_definitions(use_cases, flows, settings, policy))
@@ -76,15 +77,21 @@ def build_definitions(
     return dg.Definitions.merge(shared, *per_flow)
 
 
-def dated_use_case_tables(
+def use_case_tables(
     flow: FlowSpec, use_cases: dict[str, UseCaseSpec], settings: EngineSettings
-) -> dict[dg.AssetKey, str]:
-    """The date-partitioned tables (Append, Daily) of the use cases on `flow`, by asset key."""
-    return {
-        use_case_key(u): settings.table_uri(u.table)
-        for u in use_cases.values()
-        if u.partition_column is not None and input_flow(u, use_cases) == flow.name
-    }
+) -> UseCaseTables:
+    """The tables of the use cases on `flow` (read from its table or from one another's), by
+    output kind, for the flow's upkeep."""
+    on_flow = [u for u in use_cases.values() if input_flow(u, use_cases) == flow.name]
+
+    def tables(kind: type[Append | Daily | Upsert]) -> dict[dg.AssetKey, str]:
+        return {
+            use_case_key(u): settings.table_uri(u.table)
+            for u in on_flow
+            if isinstance(u.output, kind)
+        }
+
+    return UseCaseTables(appended=tables(Append), daily=tables(Daily), upserted=tables(Upsert))
 
 
 defs = build_definitions()

@@ -1,10 +1,9 @@
 """All Dagster objects of one flow, made from its FlowSpec: the topic, table, quarantine and
 compaction assets, the table's backfill, the stream job and its supervisor, health and quality
-checks, vacuum and the hourly table upkeep (open dates compacted, Delta logs cut)."""
+checks, vacuum and the hourly table upkeep (open dates compacted, Delta logs cut), which keep the
+tables of the use cases on the flow too."""
 
 from __future__ import annotations
-
-from collections.abc import Mapping
 
 import dagster as dg
 
@@ -16,6 +15,7 @@ from tidelake.assets.stream.supervisor_sensor import build_supervisor_sensor
 from tidelake.assets.tables.asset_specs import flow_asset_specs
 from tidelake.assets.tables.table_backfill import build_table_asset
 from tidelake.assets.tables.table_maintenance import (
+    UseCaseTables,
     build_compaction_asset,
     build_table_upkeep_job,
     build_table_upkeep_schedule,
@@ -30,22 +30,23 @@ def flow_definitions(
     flow: FlowSpec,
     settings: EngineSettings,
     policy: SupervisorPolicy,
-    dated_use_cases: Mapping[dg.AssetKey, str] | None = None,
+    use_cases: UseCaseTables | None = None,
 ) -> dg.Definitions:
-    """Assets, stream job, supervisor sensor and health checks of one flow. `dated_use_cases`:
-    the date-partitioned tables of the use cases built on it (by asset key), whose dates its
-    vacuum job expires with its own."""
+    """Assets, stream job, supervisor sensor and health checks of one flow. `use_cases`: the
+    tables of the use cases built on it, which its compaction, vacuum and upkeep keep with its
+    own."""
+    use_cases = use_cases or UseCaseTables()
     topic, table, quarantine = flow_asset_specs(flow, settings)
     quality = build_quality_checks(flow, settings)
     stream_job = build_stream_job(flow, settings)
-    vacuum_job = build_vacuum_job(flow, settings, dated_use_cases or {})
-    table_upkeep_job = build_table_upkeep_job(flow, settings)
+    vacuum_job = build_vacuum_job(flow, settings, use_cases)
+    table_upkeep_job = build_table_upkeep_job(flow, settings, use_cases)
     return dg.Definitions(
         assets=[
             topic,
             build_table_asset(flow, settings, table),
             quarantine,
-            build_compaction_asset(flow, settings),
+            build_compaction_asset(flow, settings, use_cases.appended),
         ],
         asset_checks=[build_stream_checks(flow, settings, policy), *quality],
         jobs=[stream_job, vacuum_job, table_upkeep_job],

@@ -1,10 +1,12 @@
 """Table upkeep as Dagster objects: a daily-partitioned compaction asset per flow, a vacuum job
 on a schedule, and an hourly upkeep job that compacts the dates still open and keeps the Delta
-logs to their retention. Compaction and vacuum hold the table's pool slot, so they never overlap
-with each other or with a backfill of the same table; the log upkeep commits nothing and needs
-none, so it runs even while a backfill holds the slot."""
+logs to their retention. The flow's jobs keep the tables of the use cases built on it too
+(UseCaseTables). Compaction and vacuum hold the table's pool slot, so they never overlap with each
+other or with a backfill of the same table; the log upkeep commits nothing and needs none, so it
+runs even while a backfill holds the slot."""
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from functools import partial
 from typing import TypeVar
@@ -33,6 +35,30 @@ from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.usecase.output import PARTITION_COLUMN as USE_CASE_PARTITION_COLUMN
 
 
+@dataclass(frozen=True)
+class UseCaseTables:
+    """The tables of the use cases built on one flow (by asset key), which the flow's upkeep
+    keeps with its own: a use case's table must not grow costlier with its age either."""
+
+    appended: Mapping[dg.AssetKey, str] = field(default_factory=dict)
+    """Append: a file per micro-batch and date, so dates compacted as the flow's are (open ones
+    hourly, a closed one with the flow's), logs cut, dates expired, vacuumed."""
+    daily: Mapping[dg.AssetKey, str] = field(default_factory=dict)
+    """Daily: a commit per day made, a file per day: logs cut, dates expired, vacuumed."""
+    upserted: Mapping[dg.AssetKey, str] = field(default_factory=dict)
+    """Upsert: delta-spark's MERGE checkpoints and cuts its own log; the files each MERGE
+    replaced are vacuumed."""
+
+    @property
+    def dated(self) -> dict[dg.AssetKey, str]:
+        """The date-partitioned tables: dates expired, logs kept by the hourly upkeep."""
+        return {**self.appended, **self.daily}
+
+    @property
+    def every(self) -> dict[dg.AssetKey, str]:
+        return {**self.dated, **self.upserted}
+
+
 class CompactionConfig(dg.Config):
     target_file_mb: int = Field(
         default=DEFAULT_TARGET_FILE_BYTES // 2**20, ge=1, description="size of compacted files"
@@ -51,9 +77,11 @@ class VacuumConfig(dg.Config):
     )
 
 
-def build_compaction_asset(flow: FlowSpec, settings: EngineSettings) -> dg.AssetsDefinition:
-    """Compacts one date of the table and of its quarantine; runs by itself once the date is
-    closed."""
+def build_compaction_asset(
+    flow: FlowSpec, settings: EngineSettings, appended: Mapping[dg.AssetKey, str]
+) -> dg.AssetsDefinition:
+    """Compacts one date of the table, of its quarantine and of the Append use cases' tables on
+    it (`appended`, observed on their assets); runs by itself once the date is closed."""
     uri = settings.table_uri(flow.table)
     quarantine_uri = settings.table_uri(flow.quarantine_table)
 
@@ -66,8 +94,8 @@ def build_compaction_asset(flow: FlowSpec, settings: EngineSettings) -> dg.Asset
         owners=list(flow.owners),
         pool=table_pool(flow),
         automation_condition=after_blocking_checks(),
-        description=f"Small files of one date of {flow.table} and its quarantine rewritten into "
-        "large ones. "
+        description=f"Small files of one date of {flow.table}, its quarantine and the tables of "
+        "the Append use cases on it rewritten into large ones. "
         "Materialized automatically when the date closes (or is backfilled) and its blocking "
         "quality checks pass, or on demand.",
         metadata={"dagster/uri": uri},
@@ -83,6 +111,14 @@ def build_compaction_asset(flow: FlowSpec, settings: EngineSettings) -> dg.Asset
         quarantined = _if_table_exists(context, quarantine_uri, compact)
         if quarantined is not None:
             context.log.info(f"{flow.quarantine_table} {day}: {_compaction_line(quarantined)}")
+        for key, use_case_uri in appended.items():
+            compact = partial(
+                compact_partition, use_case_uri, USE_CASE_PARTITION_COLUMN, day, target
+            )
+            found = _if_table_exists(context, use_case_uri, compact)
+            if found is not None:
+                context.log.info(f"{key.to_user_string()} {day}: {_compaction_line(found)}")
+                context.log_event(_compacted(key, day, found))
         return dg.MaterializeResult(
             metadata={
                 **_compaction_metadata(result),
@@ -109,19 +145,19 @@ class ExpiryConfig(dg.Config):
 
 
 def build_vacuum_job(
-    flow: FlowSpec, settings: EngineSettings, dated_use_cases: Mapping[dg.AssetKey, str]
+    flow: FlowSpec, settings: EngineSettings, use_cases: UseCaseTables
 ) -> dg.JobDefinition:
-    """Expiry then vacuum of the flow's tables and of the date-partitioned tables of the use
-    cases on it: a use case's day outlives its input's by no more than the next expiry."""
+    """Expiry then vacuum of the flow's tables and of the use cases' on it: a use case's day
+    outlives its input's by no more than the next expiry."""
     flow_tables = _flow_tables(flow, settings)
-    tables = {**flow_tables, **dated_use_cases}
+    tables = {**flow_tables, **use_cases.every}
     partitions = daily_partitions(flow, settings)
 
     @dg.op(name=f"expire_dates_{flow.name}", pool=table_pool(flow), out=dg.Out(dg.Nothing))
     def expire(context: dg.OpExecutionContext, config: ExpiryConfig) -> None:
         days = settings.lake_retention_days if config.days is None else config.days
         first_kept, results = expire_old_dates(context, flow_tables, flow.partition_column, days)
-        expire_old_dates(context, dated_use_cases, USE_CASE_PARTITION_COLUMN, days)
+        expire_old_dates(context, use_cases.dated, USE_CASE_PARTITION_COLUMN, days)
         expired = results.get(table_key(flow))
         if first_kept is not None and expired is not None:
             for event in _expired_partitions(flow, partitions, expired.dates, first_kept):
@@ -137,8 +173,9 @@ def build_vacuum_job(
         name=f"{flow.name}_vacuum",
         description=f"Deletes the dates of {flow.table}, its quarantine and its use cases' "
         "date-partitioned tables older than the lake's retention (TIDELAKE_LAKE_RETENTION_DAYS), "
-        "then the files that no snapshot within the vacuum's retention needs (orphans of failed "
-        "batches too), then checkpoints the Delta log.",
+        "then, in these and its upsert use cases' tables, the files that no snapshot within the "
+        "vacuum's retention needs (orphans of failed batches too), then checkpoints the Delta "
+        "logs.",
     )
     def vacuum_job() -> None:
         vacuum(expire())
@@ -275,6 +312,14 @@ def _compaction_line(result: CompactionResult) -> str:
     return f"{result.before.files} files -> {result.after.files} in {result.seconds:.1f}s"
 
 
+def _compacted(
+    key: dg.AssetKey, day: str, result: CompactionResult, label: str = "date_compacted"
+) -> dg.AssetObservation:
+    """The observation of a compaction of date `day` on a table's asset (one the run does not
+    materialize: the quarantine's, a use case's)."""
+    return dg.AssetObservation(asset_key=key, metadata={label: day, **_compaction_metadata(result)})
+
+
 def _compaction_metadata(result: CompactionResult) -> dict[str, int | float]:
     return {
         "files_before": result.before.files,
@@ -301,36 +346,37 @@ stream writes one or two a micro-batch) are at most an hour's until the date clo
 (docs/benchmarks.md, issue 38)."""
 
 
-def build_table_upkeep_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDefinition:
-    tables = _flow_tables(flow, settings)
+def build_table_upkeep_job(
+    flow: FlowSpec, settings: EngineSettings, use_cases: UseCaseTables
+) -> dg.JobDefinition:
+    flow_tables = _flow_tables(flow, settings)
+    compacted = [(key, uri, flow.partition_column) for key, uri in flow_tables.items()] + [
+        (key, uri, USE_CASE_PARTITION_COLUMN) for key, uri in use_cases.appended.items()
+    ]
+    logged = {**flow_tables, **use_cases.dated}
 
     @dg.op(name=f"compact_open_dates_{flow.name}", pool=table_pool(flow))
     def compact_open_dates(context: dg.OpExecutionContext, config: CompactionConfig) -> None:
-        """Compacts the dates the stream may still write (FlowSpec.open_dates), so that their
-        small files stay an hour's until the date's own compaction: a checkpoint carries every
-        live file, a reader of the date opens each one. A stream catching up after an outage
-        writes dates closed by the clock in large batches (few files); their compaction follows
-        their close."""
+        """Compacts the dates the stream may still write (FlowSpec.open_dates), in its tables
+        and its Append use cases', so that their small files stay an hour's until the date's
+        own compaction: a checkpoint carries every live file, a reader of the date opens each
+        one. A stream catching up after an outage writes dates closed by the clock in large
+        batches (few files); their compaction follows their close."""
         days = [d.isoformat() for d in flow.open_dates(datetime.now(UTC))]
         target = config.target_file_mb * 2**20
-        for key, uri in tables.items():
+        for key, uri, column in compacted:
             for day in days:
-                compact = partial(compact_partition, uri, flow.partition_column, day, target)
+                compact = partial(compact_partition, uri, column, day, target)
                 result = _if_table_exists(context, uri, compact)
                 if result is None:
                     break
                 context.log.info(f"{uri} {day}: {_compaction_line(result)}")
                 if result.before.files > result.after.files:
-                    context.log_event(
-                        dg.AssetObservation(
-                            asset_key=key,
-                            metadata={"open_date_compacted": day, **_compaction_metadata(result)},
-                        )
-                    )
+                    context.log_event(_compacted(key, day, result, "open_date_compacted"))
 
     @dg.op(name=f"log_upkeep_{flow.name}")
     def log_upkeep(context: dg.OpExecutionContext) -> None:
-        for key, uri in tables.items():
+        for key, uri in logged.items():
             result = _if_table_exists(context, uri, partial(upkeep_log, uri))
             if result is None:
                 continue
@@ -359,8 +405,9 @@ def build_table_upkeep_job(flow: FlowSpec, settings: EngineSettings) -> dg.JobDe
 
     @dg.job(
         name=f"{flow.name}_table_upkeep",
-        description=f"Compacts the dates of {flow.table} and its quarantine that are still open, "
-        "and checkpoints their Delta logs and deletes the entries older than the log retention "
+        description=f"Compacts the dates of {flow.table}, its quarantine and its Append use "
+        "cases' tables that are still open, checkpoints their Delta logs (and its Daily use "
+        "cases') and deletes the entries older than the log retention "
         "(TIDELAKE_DELTA_LOG_RETENTION): what the stream's commits leave out so that their cost "
         "does not grow with the table's age or the date's. Only the compaction takes the table's "
         "pool slot: while a backfill holds it, the log upkeep runs and the compaction waits.",

@@ -13,21 +13,24 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pyarrow as pa
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
+from failed_calls_use_case import FAILED_CALLS
 from lake_readers import files_by_date, read_delta, rows_by_date
 from live_stream import produce_and_stream
 from stores import copy_tree
 
 from tidelake.assets.definitions import build_definitions
-from tidelake.assets.tables.keys import compaction_key, quarantine_key, table_key
+from tidelake.assets.tables.keys import compaction_key, quarantine_key, table_key, use_case_key
 from tidelake.assets.tables.table_backfill import table_pool
 from tidelake.assets.tables.table_maintenance import EXPIRED
 from tidelake.platform.dev.produce import ProduceReport, produce_demo_events
 from tidelake.streaming.batch.backfill import BackfillError, plan_backfill
 from tidelake.streaming.calls.call_events import CALL_EVENTS
+from tidelake.streaming.calls.use_cases import ACCOUNT_ACTIVITY
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic, quiet_client_config
 from tidelake.streaming.kafka.offsets import PartitionEnds
 from tidelake.streaming.settings import EngineSettings
@@ -357,3 +360,72 @@ def test_compaction_runs_automatically_and_maintenance_shares_a_pool(setup: Tabl
     assert defs.resolve_sensor_def("tidelake_automation").default_status == (
         dg.DefaultSensorStatus.RUNNING
     )
+
+
+def _observed(run: dg.ExecuteInProcessResult, key: dg.AssetKey) -> list[dict[str, Any]]:
+    return [
+        e.event_specific_data.asset_observation.metadata
+        for e in run.all_events
+        if e.event_type_value == "ASSET_OBSERVATION"
+        and e.event_specific_data.asset_observation.asset_key == key
+    ]
+
+
+def test_the_flows_upkeep_keeps_the_tables_of_its_use_cases(setup: TableCopy) -> None:
+    """An Append use case's table gets a file per micro-batch and date, as the flow's does, and a
+    Delta log its writer never cuts: the hourly upkeep compacts its open dates and checkpoints
+    and cuts its log, the flow's compaction of a closed date compacts that date of it too, and
+    the vacuum reaches an upsert use case's table. Rows stay as they were."""
+    flow, report = setup.flow, setup.report
+    settings = setup.settings.model_copy(update={"use_case_modules": ["failed_calls_use_case"]})
+    defs = build_definitions({flow.name: flow}, settings)
+    appended = settings.table_uri(FAILED_CALLS.table)
+    closed = sorted(report.by_date)[0]
+    open_days = [d.isoformat() for d in flow.open_dates(datetime.now(UTC))]
+    assert closed not in open_days
+    for batch in range(3):  # three micro-batches, each writing every date
+        rows = [
+            {
+                "call_sid": f"CA{batch}{day}",
+                "account_sid": "AC1",
+                "event_timestamp": datetime.fromisoformat(day).replace(tzinfo=UTC),
+                "date": date.fromisoformat(day),
+            }
+            for day in [closed, *open_days]
+        ]
+        write_deltalake(appended, pa.Table.from_pylist(rows), mode="append", partition_by=["date"])
+    upserted = settings.table_uri(ACCOUNT_ACTIVITY.table)
+    for calls in (1, 2):  # as a MERGE does, a rewrite leaves the replaced file to the vacuum
+        activity = pa.table({"account_sid": ["AC1"], "calls": [calls]})
+        write_deltalake(upserted, activity, mode="overwrite")
+    rows = rows_by_date(appended)
+
+    with dg.instance_for_test() as instance:
+        upkeep = defs.resolve_job_def(f"{flow.name}_table_upkeep").execute_in_process(
+            instance=instance
+        )
+        assert upkeep.success
+        assert files_by_date(appended) == {closed: 3, **dict.fromkeys(open_days, 1)}
+        observed = _observed(upkeep, use_case_key(FAILED_CALLS))
+        assert {m["open_date_compacted"].value for m in observed if "open_date_compacted" in m} == (
+            set(open_days)
+        )
+        (log,) = [m for m in observed if "delta_log_files" in m]
+        assert f"{log['table_version'].value:020d}.checkpoint.parquet" in os.listdir(
+            f"{appended}/_delta_log"
+        )
+
+        compaction = dg.materialize(
+            [_asset(defs, compaction_key(flow))], instance=instance, partition_key=closed
+        )
+        assert files_by_date(appended)[closed] == 1
+        (compacted,) = _observed(compaction, use_case_key(FAILED_CALLS))
+        assert compacted["date_compacted"].value == closed
+        assert compacted["files_before"].value == 3
+
+        vacuum = defs.resolve_job_def(f"{flow.name}_vacuum").execute_in_process(instance=instance)
+        assert vacuum.success
+    for key in (use_case_key(FAILED_CALLS), use_case_key(ACCOUNT_ACTIVITY)):
+        assert [m for m in _observed(vacuum, key) if "vacuum_removed_files" in m]
+    assert rows_by_date(appended) == rows
+    assert read_delta(upserted).column("calls").to_pylist() == [2]
