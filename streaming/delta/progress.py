@@ -55,8 +55,25 @@ def snapshot_progress(table: DeltaTable, partition_column: str) -> TableProgress
         actions.get("size_bytes", []),
         strict=True,
     ):
-        key = day.isoformat() if isinstance(day, date) else str(day)
+        key = _date_key(day)
         rows[key] += int(count or 0)
         files[key] += 1
         sizes[key] += int(size)
     return TableProgress(table.version(), dict(rows), dict(files), dict(sizes))
+
+
+def date_files(table: DeltaTable, partition_column: str, day: date) -> frozenset[str]:
+    """The paths of the data files of date `day` in the snapshot `table` holds."""
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+    return frozenset(
+        path
+        for path, value in zip(
+            actions.get("path", []), actions.get(f"partition.{partition_column}", []), strict=True
+        )
+        if _date_key(value) == day.isoformat()
+    )
+
+
+def _date_key(value: object) -> str:
+    """A date partition's value as the log's statistics give it, as `YYYY-MM-DD`."""
+    return value.isoformat() if isinstance(value, date) else str(value)

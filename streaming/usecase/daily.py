@@ -20,14 +20,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date
 
-import pyarrow as pa
-from deltalake import DeltaTable
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from tidelake.streaming.delta.commit import DeltaCommitError, replace_partitions
 from tidelake.streaming.delta.files import write_data_files
+from tidelake.streaming.delta.progress import date_files
 from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.polling import poll_until
@@ -69,6 +68,11 @@ class DaySource:
 
     def table_uri(self, settings: EngineSettings) -> str:
         return settings.table_uri(self.flow.table if self.reads is None else self.reads.table)
+
+    @property
+    def day_column(self) -> str:
+        """The read table's date partition column: the flow's, or a use case table's `date`."""
+        return self.flow.partition_column if self.reads is None else PARTITION_COLUMN
 
     @property
     def described(self) -> str:
@@ -180,10 +184,10 @@ def _read_day(
     event_timestamp a streaming input has; a use case's table has its own columns."""
     uri = source.table_uri(settings)
     version = input_version(use_case, uri, source.described)
+    rows = day_input(spark, uri, source.day_column, day, version)
     if source.reads is None:
-        rows = day_input(spark, uri, source.flow.partition_column, day, version)
-        return rows.withColumn(EVENT_TIMESTAMP, event_timestamp(source.flow)), version
-    return day_input(spark, uri, PARTITION_COLUMN, day, version), version
+        rows = rows.withColumn(EVENT_TIMESTAMP, event_timestamp(source.flow))
+    return rows, version
 
 
 def _wait_for_feeder(use_case: UseCaseSpec, source: DaySource, settings: EngineSettings) -> None:
@@ -219,21 +223,13 @@ def _day_changed_since(
     (a backfill or a late write landed while the day was made; a compaction too, which costs a
     needless remake only), else None."""
     uri = source.table_uri(settings)
-    column = source.flow.partition_column if source.reads is None else PARTITION_COLUMN
     latest = open_table(uri)
     if latest.version() == version:
         return None
     before = open_table(uri, version=version)
-    if _files_of(before, column, day) == _files_of(latest, column, day):
+    if date_files(before, source.day_column, day) == date_files(latest, source.day_column, day):
         return None
     return latest.version()
-
-
-def _files_of(table: DeltaTable, column: str, day: date) -> set[str]:
-    actions = pa.table(table.get_add_actions(flatten=True))
-    days = actions.column(f"partition.{column}").to_pylist()
-    paths = actions.column("path").to_pylist()
-    return {p for p, d in zip(paths, days, strict=True) if str(d) == day.isoformat()}
 
 
 def _of_day(use_case: UseCaseSpec, day: date, message: str) -> str:
