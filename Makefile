@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help dev dev-s3 dev-secured schema-registry bench-s3 bench-framed bench-secured venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster soak bench-delta-log bench-open-date bench-dagster-history bench-dedup-state bench-use-case bench-daily-use-case bench-driver-memory bench-read-threads bench-faults broker clean
+.PHONY: help dev dev-s3 dev-secured schema-registry bench-s3 bench-framed bench-secured venv test lint typecheck format protos check-protos unit jvm-test test-packages bench bench-throughput bench-latency bench-backfill bench-quality bench-ingest bench-anomaly bench-cluster soak bench-delta-log bench-open-date bench-dagster-history bench-dedup-state bench-use-case bench-upsert-scale bench-daily-use-case bench-driver-memory bench-read-threads bench-faults broker clean
 
 help:
 	@echo "make dev               the whole platform locally; Dagster UI on http://127.0.0.1:3000"
@@ -21,6 +21,7 @@ help:
 	@echo "make bench-cluster     the throughput benchmark on a Spark standalone cluster and on local[2]"
 	@echo "make soak              the platform for an hour at 6,000 events/s with faults: drift of every cost (SOAK_ARGS=...)"
 	@echo "make bench-use-case    the flow and account_activity at 2,000 events/s: freshness p50/p99, RSS"
+	@echo "make bench-upsert-scale  an upsert's micro-batch on 10,000 and on 1,000,000 keys, alternating: rows rewritten, MERGE time"
 	@echo "make bench-daily-use-case  calls_by_region_daily: seconds to make a day of 2 M calls, the refresh"
 	@echo "make bench-delta-log   the stream's commit path on a log holding 30 days of commits, local disk and S3"
 	@echo "make bench-open-date   a date's small files: the stream's checkpoint and readers, daily vs hourly compaction (~25 min)"
@@ -115,6 +116,10 @@ soak: $(STAMP)
 # (USE_CASE_ARGS="--rate 2000 --minutes 10")
 bench-use-case: $(STAMP)
 	cd bench && ../$(BIN)/python use_case_freshness.py --out ../bench-results/use-case.json $(USE_CASE_ARGS)
+
+# (UPSERT_ARGS="--small 10000 --large 1000000 --batches 8 --events 3000")
+bench-upsert-scale: $(STAMP)
+	cd bench && ../$(BIN)/python upsert_scale.py --out ../bench-results/upsert-scale.json $(UPSERT_ARGS)
 
 # (DAILY_ARGS="--calls 2000000 --days 3")
 bench-daily-use-case: $(STAMP)

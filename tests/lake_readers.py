@@ -8,6 +8,8 @@ in the session of the stream it judges.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,19 @@ def _table(path: str | Path, version: int | None = None) -> DeltaTable:
 
 def duckdb_query(sql: str) -> list[tuple]:
     """Run SQL with DuckDB's delta extension loaded (delta_scan('<path or s3 uri>'))."""
+    with _duckdb() as con:
+        return con.sql(sql).fetchall()
+
+
+def read_delta_duckdb(path: str | Path) -> pa.Table:
+    """A Delta table's current snapshot as DuckDB's delta extension (delta-kernel-rs) reads it:
+    the independent reader of tables with deletion vectors, which delta-rs 1.6 cannot read."""
+    with _duckdb() as con:
+        return con.sql(f"SELECT * FROM delta_scan('{path}')").to_arrow_table()
+
+
+@contextmanager
+def _duckdb() -> Iterator[duckdb.DuckDBPyConnection]:
     import duckdb_extension_delta
     import duckdb_extension_httpfs
 
@@ -87,7 +102,7 @@ def duckdb_query(sql: str) -> list[tuple]:
                     not s3.endpoint_is_plain_http,
                 ],
             )
-        return con.sql(sql).fetchall()
+        yield con
     finally:
         con.close()
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from lake_readers import read_delta
+from lake_readers import read_delta, read_delta_duckdb
 
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.calls.use_cases import ACCOUNT_ACTIVITY, CALLS_BY_REGION_DAILY
@@ -33,7 +33,7 @@ def expected_activity(calls: pd.DataFrame) -> pd.DataFrame:
 
 
 def stored_activity(settings: Any) -> pd.DataFrame:
-    table = read_delta(settings.table_uri(ACCOUNT_ACTIVITY.table)).to_pandas()
+    table = read_delta_duckdb(settings.table_uri(ACCOUNT_ACTIVITY.table)).to_pandas()
     return table.set_index("account_sid").sort_index()
 
 

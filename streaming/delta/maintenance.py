@@ -40,7 +40,7 @@ from deltalake import DeltaTable, WriterProperties
 from tidelake.streaming.delta.commit import apply_table_properties
 from tidelake.streaming.delta.commit_races import retry_lost_commits
 from tidelake.streaming.delta.progress import snapshot_progress
-from tidelake.streaming.delta.tables import open_table
+from tidelake.streaming.delta.tables import open_table, table_sql
 from tidelake.streaming.errors import ConfigError, SetupError
 from tidelake.streaming.settings import load_engine_settings
 from tidelake.streaming.spark.session import session_settings
@@ -247,9 +247,8 @@ def vacuum_with_delta_spark(spark: SparkSession, table_uri: str, retention_hours
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": tasks,
         "spark.sql.shuffle.partitions": tasks,
     }
-    path = table_uri.replace("`", "``")
     with session_settings(spark, settings):
-        spark.sql(f"VACUUM delta.`{path}` RETAIN {retention_hours} HOURS").collect()
+        spark.sql(f"VACUUM {table_sql(table_uri)} RETAIN {retention_hours} HOURS").collect()
     return _files_deleted_by_last_vacuum(table_uri)
 
 

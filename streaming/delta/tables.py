@@ -30,3 +30,8 @@ def open_table(
 def write_table(table_uri: str, data: pa.Table, **options: Any) -> None:
     """deltalake.write_deltalake at this URI, with the store's settings."""
     write_deltalake(table_uri, data, storage_options=delta_storage_options(table_uri), **options)
+
+
+def table_sql(table_uri: str) -> str:
+    """The table as Spark SQL names a Delta table by its path (delta.`...`)."""
+    return "delta.`" + table_uri.replace("`", "``") + "`"

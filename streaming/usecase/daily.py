@@ -131,7 +131,8 @@ def _build_day_once(
     table_uri = settings.table_uri(use_case.table)
     rows, version = plan_day(spark, use_case, source, settings, day)
     with _naming_the_day(use_case, day):
-        table = prepare_table(use_case, table_uri, table_arrow_schema(rows, use_case.columns))
+        schema = table_arrow_schema(rows, use_case.columns)
+        table = prepare_table(spark, use_case, table_uri, schema)
         files = write_data_files(rows, table_uri, PARTITION_COLUMN, f"day-{day}")
         result = replace_partitions(
             table_uri,

@@ -5,8 +5,9 @@
   replayed batch commits nothing. A row that breaks one of the table's CHECK constraints stops
   the use case, naming the constraint in the flows' wording (delta/constraints.py): the batch is
   not committed.
-- Upsert: one delta-spark MERGE per batch, its rows first reduced to one per key
-  (output.latest_per_key). The MERGE carries the same application transaction through Delta's
+- Upsert: one delta-spark MERGE per batch into a table with deletion vectors (upsert_table.py),
+  its rows first reduced to one per key (output.latest_per_key). The MERGE carries the same
+  application transaction through Delta's
   idempotent-DML settings (spark.databricks.delta.write.txnAppId / txnVersion, delta-io/delta
   PR 1555), recorded in the MERGE's own commit: a batch replayed after a crash between the MERGE
   and Spark's checkpoint finds its version recorded and Delta skips the MERGE, so running totals
@@ -20,70 +21,44 @@ from functools import cached_property
 
 import pyarrow as pa
 from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from tidelake.streaming.delta.commit import (
     DeltaCommitError,
     batch_recorded,
     commit_files,
-    create_table,
     current_constraints,
     ensure_table,
-    require_fit,
 )
 from tidelake.streaming.delta.constraints import violated_constraint
 from tidelake.streaming.delta.files import write_data_files
-from tidelake.streaming.delta.tables import open_table
 from tidelake.streaming.delta.write import checkpoint_app_id
 from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.spark.session import session_settings
-from tidelake.streaming.usecase.output import (
-    KEY_PROPERTY,
-    PARTITION_COLUMN,
-    SEQUENCE_PROPERTY,
-    latest_per_key,
-)
+from tidelake.streaming.usecase.output import PARTITION_COLUMN, latest_per_key
 from tidelake.streaming.usecase.spec import Upsert, UseCaseError, UseCaseSpec
+from tidelake.streaming.usecase.upsert_table import merge_latest, prepare_upsert_table
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 APP_ID_WRITER = "use_case"
 
 
-def prepare_table(use_case: UseCaseSpec, table_uri: str, schema: pa.Schema) -> DeltaTable:
-    """The output table, created if missing; a table whose columns, partitioning or key the
-    output no longer fits is refused, naming the use case (its table stays untouched)."""
+def prepare_table(
+    spark: SparkSession, use_case: UseCaseSpec, table_uri: str, schema: pa.Schema
+) -> DeltaTable:
+    """The output table, created if missing (an Upsert one with deletion vectors,
+    upsert_table.py); a table whose columns, partitioning or key the output no longer fits is
+    refused, naming the use case (its table stays untouched)."""
     try:
         if isinstance(use_case.output, Upsert):
-            return _prepare_upsert_table(use_case.output, table_uri, schema)
+            return prepare_upsert_table(spark, use_case.output, table_uri, schema)
         return ensure_table(table_uri, schema, [PARTITION_COLUMN])
     except DeltaCommitError as exc:
         raise UseCaseError(
             f"use case {use_case.name}: its output does not fit its table: {exc}; change the "
             f"function back or rebuild the table (tidelake use-case refresh {use_case.name})"
         ) from None
-
-
-def _prepare_upsert_table(upsert: Upsert, table_uri: str, schema: pa.Schema) -> DeltaTable:
-    key, sequence = ",".join(upsert.key), upsert.sequence_by
-    try:
-        table = open_table(table_uri)
-    except TableNotFoundError:
-        table = create_table(table_uri, schema, [])
-    have = table.metadata().configuration
-    declared = {KEY_PROPERTY: key, SEQUENCE_PROPERTY: sequence}
-    for prop, value in declared.items():
-        if have.get(prop, value) != value:
-            raise DeltaCommitError(
-                f"{table_uri} is keyed as {prop}={have[prop]!r}, the declaration says {value!r}"
-            )
-    require_fit(table, schema, [])
-    if any(prop not in have for prop in declared):  # a new table (or one cut off before this)
-        # delta-rs knows only Delta's own properties unless told that others are meant
-        table.alter.set_table_properties(declared, raise_if_not_exists=False)
-        table.update_incremental()
-    return table
 
 
 @dataclass
@@ -154,27 +129,3 @@ class UpsertSink(BatchSink):
         rows = latest_per_key(batch, upsert)
         with session_settings(session, {TXN_APP_ID: self.app_id, TXN_VERSION: str(batch_id)}):
             merge_latest(SparkDeltaTable.forPath(session, self.table_uri), rows, upsert)
-
-
-def merge_latest(target: object, rows: DataFrame, upsert: Upsert) -> None:
-    """MERGE rows (one per key) into target: a newer row by sequence_by replaces the stored
-    one's columns, sums are added, a new key is inserted."""
-    key, sums = list(upsert.key), list(upsert.sums)
-    latest = [upsert.sequence_by] + [
-        c for c in rows.columns if c not in (*key, *sums, upsert.sequence_by)
-    ]
-
-    def ordered(side: str) -> str:
-        return f"struct({', '.join(f'{side}.`{c}`' for c in latest)})"
-
-    newer = f"{ordered('s')} > {ordered('t')}"
-    assignments = {f"`{c}`": f"CASE WHEN {newer} THEN s.`{c}` ELSE t.`{c}` END" for c in latest}
-    assignments.update({f"`{c}`": f"t.`{c}` + s.`{c}`" for c in sums})
-    condition = " AND ".join(f"t.`{c}` = s.`{c}`" for c in key)
-    (
-        target.alias("t")  # type: ignore[attr-defined]
-        .merge(rows.alias("s"), condition)
-        .whenMatchedUpdate(set=assignments)
-        .whenNotMatchedInsertAll()
-        .execute()
-    )

@@ -78,7 +78,7 @@ class UseCaseStream:
         output = self.use_case.output
         stored = latest_per_key(shaped, output) if isinstance(output, Upsert) else shaped
         schema = table_arrow_schema(stored, self.use_case.columns)
-        prepare_table(self.use_case, self.table_uri, schema)
+        prepare_table(spark, self.use_case, self.table_uri, schema)
         if isinstance(output, Upsert):
             self.sink = UpsertSink(self.use_case, self.table_uri, self.checkpoint)
         else:

@@ -43,7 +43,7 @@ from dev_platform import (
     stream_worker_pid,
 )
 from flows import PAGE_VIEWS
-from lake_readers import duckdb_query, read_delta
+from lake_readers import duckdb_query, read_delta, read_delta_duckdb
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from use_case_tables import assert_day_equals_recomputation
 
@@ -488,7 +488,7 @@ def test_account_activity_streams_beside_the_flow_on_the_asset_graph(stack: Stac
 
     def activity() -> Any:
         try:
-            table = read_delta(stack.settings.table_uri("account_activity")).to_pandas()
+            table = read_delta_duckdb(stack.settings.table_uri("account_activity")).to_pandas()
         except TableNotFoundError:
             return None
         table = table.set_index("account_sid").sort_index()
@@ -556,7 +556,7 @@ def test_refreshing_account_activity_in_the_ui_rebuilds_it_from_the_whole_input(
             return None
         if table.history()[-1]["timestamp"] < started_ms:  # its first commit: the old table
             return None
-        rows = read_delta(uri).to_pandas().set_index("account_sid").sort_index()
+        rows = read_delta_duckdb(uri).to_pandas().set_index("account_sid").sort_index()
         return rows if rows["calls"].sum() == len(events) else None
 
     table = wait_for(rebuilt, 300, "account_activity rebuilt after its refresh", interval_s=2)

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from failed_calls_use_case import FAILED_CALLS
-from lake_readers import read_delta
+from lake_readers import read_delta, read_delta_spark
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from use_case_tables import activity_differences, stored_activity
@@ -280,4 +280,65 @@ def test_bad_functions_and_outputs_stop_with_one_line_naming_the_use_case(
 def failed_calls_with_region(call_events: DataFrame) -> DataFrame:
     return call_events.where(F.col("call_state") == "failed").select(
         "call_sid", "account_sid", "region", "event_timestamp"
+    )
+
+
+def test_an_upsert_table_made_before_deletion_vectors_is_upgraded_in_place_and_merged_with_them(
+    spark: Any, engine_settings: Any
+) -> None:
+    """A MERGE into the upsert table writes the batch's rows and a deletion vector per file it
+    touches, never a copy of the other rows (a batch's cost does not grow with the table); a
+    table made before (delta-rs's protocol, no vectors) gets them at the query's start, its
+    rows untouched. delta-spark and DuckDB (delta-kernel-rs) both read it exactly."""
+    settings = engine_settings
+    uri = settings.table_uri(ACCOUNT_ACTIVITY.table)
+    old = pa.table(
+        {
+            "account_sid": ["ACold0", "ACold1"],
+            "last_event_time": pa.array(
+                [datetime(2026, 11, 1, tzinfo=UTC)] * 2, pa.timestamp("us", tz="UTC")
+            ),
+            "last_call_sid": ["CAold0", "CAold1"],
+            "last_call_state": ["completed", "failed"],
+            "last_region": ["us1", "eu1"],
+            "calls": pa.array([5, 7], pa.int64()),
+            "failed_calls": pa.array([0, 7], pa.int64()),
+            "duration_s": pa.array([50, 0], pa.int64()),
+        }
+    )
+    keyed = {
+        "tidelake.use_case.key": "account_sid",
+        "tidelake.use_case.sequence_by": "last_event_time",
+    }
+    write_deltalake(uri, old)  # and keyed as tidelake recorded it
+    DeltaTable(uri).alter.set_table_properties(keyed, raise_if_not_exists=False)
+    assert "deletionVectors" not in (DeltaTable(uri).protocol().reader_features or [])
+    land(settings, call_rows(21, 300, START_MS, 60_000))
+    with streaming(spark, settings, ACCOUNT_ACTIVITY) as activity:
+        caught_up(activity, 0)
+        protocol = DeltaTable(uri).protocol()
+        assert "deletionVectors" in (protocol.reader_features or [])
+        configuration = DeltaTable(uri).metadata().configuration
+        assert configuration["delta.enableDeletionVectors"] == "true"
+        assert configuration["delta.autoOptimize.autoCompact"] == "true"
+        later = call_rows(22, 40, START_MS + 120_000, 60_000)  # existing accounts only
+        land(settings, later)
+        caught_up(activity, 1)
+    # the newest MERGE (auto compaction may have followed it)
+    merge = next(e for e in DeltaTable(uri).history(3) if e["operation"] == "MERGE")
+    metrics = {k: int(v) for k, v in merge["operationMetrics"].items()}
+    assert metrics["numTargetRowsCopied"] == 0, metrics
+    assert metrics["numTargetRowsUpdated"] == len(set(later["account_sid"].to_pylist())), metrics
+    assert (
+        metrics["numTargetDeletionVectorsAdded"] + metrics["numTargetDeletionVectorsUpdated"] >= 1
+    )
+
+    calls = read_delta(settings.table_uri(CALL_EVENTS.table)).to_pandas()
+    stored = stored_activity(settings)
+    kept = stored.loc[["ACold0", "ACold1"]].reset_index()
+    assert kept[old.column_names].to_dict("list") == old.to_pandas().to_dict("list")
+    assert stored.drop(["ACold0", "ACold1"])["calls"].sum() == len(calls) == 340
+    by_spark = read_delta_spark(spark, uri, "account_sid", "calls").to_pandas()
+    assert dict(zip(by_spark["account_sid"], by_spark["calls"], strict=True)) == dict(
+        stored["calls"]
     )
