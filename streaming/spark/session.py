@@ -158,17 +158,67 @@ def build_spark_session(
 
 
 def _launch_driver_jvm(settings: Mapping[str, str]) -> None:
-    """Start the driver JVM (py4j gateway) detached from this process group, unless running."""
-    from pyspark import SparkConf, SparkContext
-    from pyspark.java_gateway import launch_gateway
+    """Start the driver JVM (py4j gateway) detached from this process group, unless running,
+    bound to die with this process (_jvm_dies_with_this_process)."""
+    from pyspark import SparkConf, SparkContext, java_gateway
 
     if SparkContext._gateway is not None:
         return
     conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
-    launch: Callable[..., Any] = launch_gateway  # untyped in pyspark
-    with _environment(jvm_allocator_env()):  # pyspark hands the JVM a copy of os.environ
+    launch: Callable[..., Any] = java_gateway.launch_gateway  # untyped in pyspark
+    with (
+        _environment(jvm_allocator_env()),  # pyspark hands the JVM a copy of os.environ
+        _jvm_dies_with_this_process(java_gateway),
+    ):
         gateway = launch(conf, popen_kwargs={"start_new_session": True})
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+@contextmanager
+def _jvm_dies_with_this_process(java_gateway: Any) -> Iterator[None]:
+    """The JVM pyspark starts inside the block gets SIGKILL from the kernel when this process
+    dies (Linux's PR_SET_PDEATHSIG, set in the child before it execs Java).
+
+    Left alone, a JVM whose Python driver was killed (a SIGKILL of a run's process group
+    misses it: it has a session of its own) went on until it noticed its closed stdin, seconds
+    later on a loaded machine, still running its batch's MERGE beside the restarted run on the
+    same checkpoint. pyspark sets a preexec_fn of its own (SIGINT ignored) and takes none, so
+    its Popen is wrapped for the block to run both. The signal fires when the thread that
+    started the child ends: it is set only from the main thread, whose end is the process's;
+    elsewhere the closed stdin remains the JVM's cue."""
+    libc_name = ctypes.util.find_library("c")
+    main_thread = threading.current_thread() is threading.main_thread()
+    if sys.platform != "linux" or libc_name is None or not main_thread:
+        log.info(
+            "the driver JVM ends when it notices its closed stdin (not started from the main "
+            "thread on Linux)"
+        )
+        yield
+        return
+    prctl = ctypes.CDLL(libc_name, use_errno=True).prctl
+    parent = os.getpid()
+    popen = java_gateway.Popen
+
+    def popen_dying_with_parent(*args: Any, **kwargs: Any) -> Any:
+        pyspark_preexec = kwargs.get("preexec_fn")
+
+        def preexec() -> None:  # in the child, between fork and exec
+            if pyspark_preexec is not None:
+                pyspark_preexec()
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent:  # the parent died before the signal was set
+                os._exit(1)
+
+        return popen(*args, **{**kwargs, "preexec_fn": preexec})
+
+    java_gateway.Popen = popen_dying_with_parent
+    try:
+        yield
+    finally:
+        java_gateway.Popen = popen
 
 
 JEMALLOC = "libjemalloc.so.2"
