@@ -40,9 +40,15 @@ def input_version(use_case: UseCaseSpec, table_uri: str, described: str) -> int:
         ) from None
 
 
-MAX_FILES_PER_TRIGGER = 1000
-"""Files of the input table a micro-batch reads at most (Delta's default; stated so that a
-backlog's batches are bounded by it on purpose)."""
+MAX_FILES_PER_TRIGGER = 200
+"""Files of the input table a micro-batch reads at most. A use case started with a backlog
+works it off in batches that each commit: with Delta's default of 1,000, a restart's first
+batch read 1,000 of the flow's files (2,000,000 events) as one MERGE batch, 10.3 s on an idle
+2-core machine and none finished within 150 s on a loaded one; with 200 the first batch took
+5.0 s and the whole backlog 25 s in 5 batches (11.6 s as one; docs/benchmarks.md)."""
+MAX_BYTES_PER_TRIGGER = 32 * 2**20
+"""Bytes of input files a micro-batch reads at most (at least one file): the bound for an
+input of compacted dates, whose files are large (a new use case reads the whole table)."""
 
 
 def event_timestamp(flow: FlowSpec) -> Column:
@@ -59,6 +65,7 @@ def stream_input(
         spark.readStream.format("delta")
         .option("skipChangeCommits", "true")
         .option("maxFilesPerTrigger", str(MAX_FILES_PER_TRIGGER))
+        .option("maxBytesPerTrigger", str(MAX_BYTES_PER_TRIGGER))
         .load(table_uri)
     )
     watermark = f"{int(use_case.watermark.total_seconds() * 1000)} milliseconds"

@@ -35,6 +35,7 @@ from tidelake.streaming.calls.use_cases import ACCOUNT_ACTIVITY
 from tidelake.streaming.flow.table_schema import table_schema
 from tidelake.streaming.polling import poll_until
 from tidelake.streaming.stream.query import StreamFailedError, run_query
+from tidelake.streaming.usecase.inputs import MAX_FILES_PER_TRIGGER
 from tidelake.streaming.usecase.position import committed_input_version, measure_lag
 from tidelake.streaming.usecase.refresh import refresh_marker, request_refresh
 from tidelake.streaming.usecase.spec import Append, FlowTable, Upsert, UseCaseError, UseCaseSpec
@@ -342,3 +343,29 @@ def test_an_upsert_table_made_before_deletion_vectors_is_upgraded_in_place_and_m
     assert dict(zip(by_spark["account_sid"], by_spark["calls"], strict=True)) == dict(
         stored["calls"]
     )
+
+
+def test_a_backlog_after_a_restart_is_worked_off_in_bounded_batches(
+    spark: Any, engine_settings: Any
+) -> None:
+    """A use case restarted behind its input reads at most MAX_FILES_PER_TRIGGER of its files
+    a batch, so its first batch finishes and commits (Delta's default of 1,000 made one batch of
+    the whole backlog, which a loaded machine never finished), and then catches up exactly."""
+    settings = engine_settings
+    land(settings, call_rows(30, 20, START_MS, 60_000))
+    with streaming(spark, settings, ACCOUNT_ACTIVITY) as activity:
+        caught_up(activity, 0)
+    backlog = MAX_FILES_PER_TRIGGER + 20
+    for n in range(backlog):  # one file each: the flow's commits while the use case was down
+        land(settings, call_rows(100 + n, 3, START_MS, 60_000))
+    stream = UseCaseStream(ACCOUNT_ACTIVITY, CALL_EVENTS, settings)
+    query = stream.start(spark)
+    try:
+        caught_up(stream, backlog)
+    finally:
+        query.stop()
+    batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert batches[0] == MAX_FILES_PER_TRIGGER * 3, batches
+    assert sum(batches) == backlog * 3, batches
+    calls = read_delta(settings.table_uri(CALL_EVENTS.table)).to_pandas()
+    assert activity_differences(settings, calls) == {}
