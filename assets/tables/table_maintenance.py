@@ -24,6 +24,7 @@ from tidelake.streaming.delta.maintenance import (
     MIN_VACUUM_RETENTION_HOURS,
     CompactionResult,
     ExpiryResult,
+    LogUpkeepResult,
     compact_partition,
     expire_dates,
     first_kept_date,
@@ -33,6 +34,11 @@ from tidelake.streaming.delta.maintenance import (
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.usecase.output import PARTITION_COLUMN as USE_CASE_PARTITION_COLUMN
+from tidelake.streaming.usecase.upsert_table import (
+    RECENT_COMMITS,
+    UpsertTableState,
+    upsert_table_state,
+)
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,8 @@ class UseCaseTables:
     daily: Mapping[dg.AssetKey, str] = field(default_factory=dict)
     """Daily: a commit per day made, a file per day: logs cut, dates expired, vacuumed."""
     upserted: Mapping[dg.AssetKey, str] = field(default_factory=dict)
-    """Upsert: delta-spark's MERGE checkpoints and cuts its own log; the files each MERGE
+    """Upsert: its writer compacts its files (auto compaction) and checkpoints and cuts its log
+    (streaming/usecase/upsert_table.py), which the hourly upkeep observes; the files each MERGE
     replaced are vacuumed."""
 
     @property
@@ -354,6 +361,7 @@ def build_table_upkeep_job(
         (key, uri, USE_CASE_PARTITION_COLUMN) for key, uri in use_cases.appended.items()
     ]
     logged = {**flow_tables, **use_cases.dated}
+    upserted = use_cases.upserted
 
     @dg.op(name=f"compact_open_dates_{flow.name}", pool=table_pool(flow))
     def compact_open_dates(context: dg.OpExecutionContext, config: CompactionConfig) -> None:
@@ -376,32 +384,8 @@ def build_table_upkeep_job(
 
     @dg.op(name=f"log_upkeep_{flow.name}")
     def log_upkeep(context: dg.OpExecutionContext) -> None:
-        for key, uri in logged.items():
-            result = _if_table_exists(context, uri, partial(upkeep_log, uri))
-            if result is None:
-                continue
-            context.log.info(
-                f"{uri}: checkpoint at version {result.table_version} in "
-                f"{result.checkpoint_seconds:.1f}s; log files {result.entries_before} -> "
-                f"{result.entries_after} in {result.cleanup_seconds:.1f}s"
-                + (
-                    f"; table properties set: {result.properties_set}"
-                    if result.properties_set
-                    else ""
-                )
-            )
-            context.log_event(
-                dg.AssetObservation(
-                    asset_key=key,
-                    metadata={
-                        "delta_log_files": result.entries_after,
-                        "delta_log_files_removed": result.entries_before - result.entries_after,
-                        "checkpoint_seconds": round(result.checkpoint_seconds, 2),
-                        "log_cleanup_seconds": round(result.cleanup_seconds, 2),
-                        "table_version": result.table_version,
-                    },
-                )
-            )
+        _observe_upkeep(context, logged, upkeep_log, _log_upkeep_report)
+        _observe_upkeep(context, upserted, upsert_table_state, _upsert_table_report)
 
     @dg.job(
         name=f"{flow.name}_table_upkeep",
@@ -409,7 +393,8 @@ def build_table_upkeep_job(
         "cases' tables that are still open, checkpoints their Delta logs (and its Daily use "
         "cases') and deletes the entries older than the log retention "
         "(TIDELAKE_DELTA_LOG_RETENTION): what the stream's commits leave out so that their cost "
-        "does not grow with the table's age or the date's. Only the compaction takes the table's "
+        "does not grow with the table's age or the date's. Its Upsert use cases' writers keep "
+        "their own files and logs, observed here. Only the compaction takes the table's "
         "pool slot: while a backfill holds it, the log upkeep runs and the compaction waits.",
     )
     def table_upkeep_job() -> None:
@@ -417,6 +402,53 @@ def build_table_upkeep_job(
         log_upkeep()
 
     return table_upkeep_job
+
+
+def _observe_upkeep(
+    context: dg.OpExecutionContext,
+    tables: Mapping[dg.AssetKey, str],
+    upkeep: Callable[[str], T],
+    report: Callable[[T], tuple[str, dict[str, int | float]]],
+) -> None:
+    """upkeep(uri) of each table that exists, its report's line logged and its metadata
+    observed on the table's asset."""
+    for key, uri in tables.items():
+        result = _if_table_exists(context, uri, partial(upkeep, uri))
+        if result is None:
+            continue
+        line, metadata = report(result)
+        context.log.info(f"{uri}: {line}")
+        context.log_event(dg.AssetObservation(asset_key=key, metadata=metadata))
+
+
+def _log_upkeep_report(result: LogUpkeepResult) -> tuple[str, dict[str, int | float]]:
+    line = (
+        f"checkpoint at version {result.table_version} in {result.checkpoint_seconds:.1f}s; log "
+        f"files {result.entries_before} -> {result.entries_after} in "
+        f"{result.cleanup_seconds:.1f}s"
+    )
+    if result.properties_set:
+        line += f"; table properties set: {result.properties_set}"
+    return line, {
+        "delta_log_files": result.entries_after,
+        "delta_log_files_removed": result.entries_before - result.entries_after,
+        "checkpoint_seconds": round(result.checkpoint_seconds, 2),
+        "log_cleanup_seconds": round(result.cleanup_seconds, 2),
+        "table_version": result.table_version,
+    }
+
+
+def _upsert_table_report(state: UpsertTableState) -> tuple[str, dict[str, int | float]]:
+    line = (
+        f"{state.live_files} files, log files {state.delta_log_files}, {state.auto_compactions} "
+        f"auto compactions in its last {RECENT_COMMITS} commits (its writer's upkeep)"
+    )
+    return line, {
+        "live_files": state.live_files,
+        "delta_log_files": state.delta_log_files,
+        f"auto_compactions_in_last_{RECENT_COMMITS}_commits": state.auto_compactions,
+        "table_version": state.table_version,
+    }
 
 
 def build_table_upkeep_schedule(flow: FlowSpec, job: dg.JobDefinition) -> dg.ScheduleDefinition:

@@ -14,6 +14,7 @@ table's metadata (1.6 cannot read the rows of a table with deletion vectors).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -27,6 +28,7 @@ from tidelake.streaming.delta.commit import (
     table_properties,
 )
 from tidelake.streaming.delta.tables import open_table, table_sql
+from tidelake.streaming.storage.location import Location
 from tidelake.streaming.usecase.output import KEY_PROPERTY, SEQUENCE_PROPERTY
 from tidelake.streaming.usecase.spec import Upsert
 
@@ -99,4 +101,33 @@ def merge_latest(target: object, rows: DataFrame, upsert: Upsert) -> None:
         .whenMatchedUpdate(set=assignments)
         .whenNotMatchedInsertAll()
         .execute()
+    )
+
+
+RECENT_COMMITS = 200
+"""Commits of an upsert table whose operations upsert_table_state reads (a few minutes of a
+stream's MERGEs: auto compaction runs about every 25-50 of them)."""
+
+
+@dataclass(frozen=True)
+class UpsertTableState:
+    """What an upsert table's writer keeps bounded, as the hourly upkeep observes it."""
+
+    table_version: int
+    live_files: int
+    delta_log_files: int
+    auto_compactions: int
+    """OPTIMIZE commits among the last RECENT_COMMITS."""
+
+
+def upsert_table_state(table_uri: str) -> UpsertTableState:
+    """The table's live files, its log's files and its recent auto compactions (delta-rs reads
+    the log; the rows it cannot read are not needed)."""
+    table = open_table(table_uri)
+    recent = table.history(limit=RECENT_COMMITS)
+    return UpsertTableState(
+        table_version=table.version(),
+        live_files=len(table.file_uris()),
+        delta_log_files=len((Location(table_uri) / "_delta_log").names()),
+        auto_compactions=sum(1 for c in recent if c.get("operation") == "OPTIMIZE"),
     )

@@ -414,6 +414,10 @@ def test_the_flows_upkeep_keeps_the_tables_of_its_use_cases(setup: TableCopy) ->
         assert f"{log['table_version'].value:020d}.checkpoint.parquet" in os.listdir(
             f"{appended}/_delta_log"
         )
+        (upsert_state,) = _observed(upkeep, use_case_key(ACCOUNT_ACTIVITY))
+        assert upsert_state["live_files"].value == 1
+        assert upsert_state["delta_log_files"].value == len(os.listdir(f"{upserted}/_delta_log"))
+        assert upsert_state["table_version"].value == 1
 
         compaction = dg.materialize(
             [_asset(defs, compaction_key(flow))], instance=instance, partition_key=closed
