@@ -343,6 +343,15 @@ def test_an_upsert_table_made_before_deletion_vectors_is_upgraded_in_place_and_m
     assert dict(zip(by_spark["account_sid"], by_spark["calls"], strict=True)) == dict(
         stored["calls"]
     )
+    # every version a reader may load is a consistent table: one row per account, the calls of
+    # whole batches (the old rows', then each input commit's in full)
+    totals = []
+    for version in range(DeltaTable(uri).version() + 1):
+        rows = read_delta_spark(spark, uri, "account_sid", "calls", versionAsOf=str(version))
+        accounts = rows.column("account_sid").to_pylist()
+        assert len(accounts) == len(set(accounts)), version
+        totals.append(sum(rows.column("calls").to_pylist()))
+    assert set(totals) <= {12, 12 + 300, 12 + 340}, totals
 
 
 def test_a_backlog_after_a_restart_is_worked_off_in_bounded_batches(
