@@ -92,16 +92,35 @@ def lake(spark: Any, tmp_path: Path) -> EngineSettings:
 def test_a_day_is_made_once_when_it_closes_and_again_only_after_its_backfill(
     lake: EngineSettings,
 ) -> None:
-    # what the automation sensor launches for a day: the input day's checks and what they gate
+    # what the automation sensor launches for a day: the input day's checks and what they gate,
+    # the run naming both (as the sensor's runs do); a tick lands inside the run, once the day's
+    # step is done and the input day's checks have passed in that same run (the daemon ticks
+    # every 30 s whatever runs are in flight)
+    ticks_inside_runs: list[set[str]] = []
+
+    @dg.success_hook
+    def tick_inside_the_run(context: dg.HookContext) -> None:
+        nonlocal cursor
+        if context.op.name == DAILY.to_python_identifier():
+            days, cursor = tick(cursor)
+            ticks_inside_runs.append(days)
+
     day_run = dg.define_asset_job(
         "day_run",
         dg.AssetSelection.checks(dg.AssetCheckKey(INPUT, EXPECTATIONS))
         | dg.AssetSelection.assets(DAILY),
+        hooks={tick_inside_the_run},
     )
     defs = dg.Definitions.merge(
         build_definitions({CALL_EVENTS.name: CALL_EVENTS}, lake), dg.Definitions(jobs=[day_run])
     )
-    job = defs.resolve_job_def(day_run.name)
+    job = defs.resolve_job_def(day_run.name).get_subset(
+        asset_selection={DAILY},
+        asset_check_selection={
+            dg.AssetCheckKey(INPUT, EXPECTATIONS),
+            dg.AssetCheckKey(DAILY, EXPECTATIONS),
+        },
+    )
 
     def tick(cursor: Any = None) -> tuple[set[str], Any]:
         result = dg.evaluate_automation_conditions(
@@ -123,10 +142,15 @@ def test_a_day_is_made_once_when_it_closes_and_again_only_after_its_backfill(
             instance.report_runless_asset_event(dg.AssetMaterialization(INPUT, partition=day))
         days, cursor = tick(cursor)
         assert days == set(DAYS)
+        days, cursor = tick(cursor)  # the requests handled; the runs not started yet
+        assert days == set()
         for day in DAYS:
             assert job.execute_in_process(instance=instance, partition_key=day).success
         days, cursor = tick(cursor)
         assert days == set()  # made once, not on every tick
+        days, cursor = tick(cursor)
+        assert days == set()
+        assert ticks_inside_runs == [set()] * len(DAYS)  # the day's own run is running
         assert made() == dict.fromkeys(DAYS, 1)
         for day in DAYS:
             assert_day_equals_recomputation(lake, day)
@@ -147,6 +171,8 @@ def test_a_day_is_made_once_when_it_closes_and_again_only_after_its_backfill(
         days, cursor = tick(cursor)
         assert days == {DAYS[1]}
         assert job.execute_in_process(instance=instance, partition_key=DAYS[1]).success
+        days, cursor = tick(cursor)
+        assert days == set()
         days, cursor = tick(cursor)
         assert days == set()
         assert made() == {DAYS[0]: 1, DAYS[1]: 2, DAYS[2]: 1}
