@@ -27,7 +27,6 @@ from pathlib import Path
 import dagster as dg
 
 from tidelake.assets.stream.restart_pause import pause_restarts, resume_restarts
-from tidelake.platform.dev.dagster_web import DagsterWeb, DagsterWebError
 from tidelake.platform.ingest_edge import flows_with_edges
 from tidelake.platform.local.kafka_broker import LocalKafkaBroker
 from tidelake.platform.local.kafka_security import SCRAM_MECHANISM
@@ -420,12 +419,12 @@ def _dagster_command(options: DevOptions) -> list[str]:
 def _dagster_dev(options: DevOptions, env: Mapping[str, str]) -> Iterator[subprocess.Popen[bytes]]:
     """`dg dev`, stopped the way its runs end CANCELED rather than FAILURE: the supervisors'
     restarts are paused (restart_pause: they would restart the streams being stopped), the
-    active runs are terminated through the webserver (streams stop between batches) and waited
-    for, then `dg dev` alone
-    gets SIGINT and shuts its webserver, daemon and code servers down through their shutdown
-    pipes; a code server waits for its runs to finish. Signalling the whole group instead would
-    interrupt every process at once: tracebacks, and runs recorded as failed."""
-    web = DagsterWeb(f"http://{options.host}:{options.port}")
+    active runs are terminated and waited for, then `dg dev` alone gets SIGINT and shuts its
+    webserver, daemon and code servers down through their shutdown pipes; a code server waits
+    for its runs to finish. Signalling the whole group instead would interrupt every process at
+    once: tracebacks, and runs recorded as failed. The runs are read and terminated through the
+    instance's storage and run coordinator, as the webserver does it, not through the webserver:
+    on a loaded machine its answer is late, and a late answer is not "no runs"."""
     command = _dagster_command(options)
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         resume_restarts(instance)  # a dev stopped by SIGKILL left its pause behind
@@ -443,30 +442,29 @@ def _dagster_dev(options: DevOptions, env: Mapping[str, str]) -> Iterator[subpro
             if dagster.poll() is None:
                 with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
                     pause_restarts(instance, "tidelake dev is stopping")
-                _terminate_active_runs(web)
+                    _terminate_active_runs(instance)
 
 
-_TERMINABLE_RUN_STATUSES = ["QUEUED", "STARTING", "STARTED"]
-_ACTIVE_RUN_STATUSES = [*_TERMINABLE_RUN_STATUSES, "CANCELING"]
+_TERMINABLE_RUN_STATUSES = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+_ACTIVE_RUN_STATUSES = [*_TERMINABLE_RUN_STATUSES, dg.DagsterRunStatus.CANCELING]
 
 
-def _terminate_active_runs(web: DagsterWeb, grace_s: float = RUN_STOP_GRACE_S) -> None:
+def _terminate_active_runs(instance: dg.DagsterInstance, grace_s: float = RUN_STOP_GRACE_S) -> None:
     """Terminate the active runs and wait (up to grace_s) until none is active, so that `dg dev`
-    shuts its services down after its runs ended, not while a run worker is still stopping."""
-    try:
-        active = web.runs(None, _TERMINABLE_RUN_STATUSES)
-    except DagsterWebError:
-        return  # the webserver is not up (yet): its runs, if any, are stopped with the group
+    shuts its services down after its runs ended, not while a run worker is still stopping. A
+    run that outlives the grace is killed with dg dev's process group."""
+    active = instance.get_runs(dg.RunsFilter(statuses=_TERMINABLE_RUN_STATUSES))
     for run in active:
-        with contextlib.suppress(DagsterWebError):
-            web.terminate_run(run["runId"])
-            _say(f"stopping the {run['jobName']} run {run['runId'][:8]}")
+        _say(f"stopping the {run.job_name} run {run.run_id[:8]}")
+        if not instance.run_coordinator.cancel_run(run.run_id):
+            _say(f"the {run.job_name} run {run.run_id[:8]} did not take the termination")
 
     def ended() -> bool | None:
-        try:
-            return None if web.runs(None, _ACTIVE_RUN_STATUSES) else True
-        except DagsterWebError:
-            return True  # the webserver went away: the group's stop takes over
+        return None if instance.get_runs(dg.RunsFilter(statuses=_ACTIVE_RUN_STATUSES)) else True
 
     if active:
         with contextlib.suppress(TimeoutError):

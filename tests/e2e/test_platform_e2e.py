@@ -17,6 +17,8 @@ import dataclasses
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -684,21 +686,29 @@ def test_the_streams_age_figures_are_plotted_on_its_table(stack: Stack) -> None:
 
 def test_ctrl_c_stops_everything_it_started(stack: Stack) -> None:
     """Runs are terminated (CANCELED, not FAILURE), Dagster's services shut down through their
-    own shutdown pipes (no KeyboardInterrupt tracebacks), each component says it stopped."""
+    own shutdown pipes (no traceback, not even from a sensor's tick racing the shutdown), each
+    component says it stopped, nothing is left: on a machine kept busy (four CPU burners on its
+    two cores), where the webserver answers late and a stream's batch takes long."""
     running = stack.started_run()  # the stack is up (the test may run first in the module)
     stack.streaming(running)
     started = psutil.Process(stack.process.pid).children(recursive=True)
     assert len(started) >= 4  # dg dev, webserver, daemon, code server, run worker, JVM...
     before = len(stack.log.read_bytes())
-    stack.process.send_signal(signal.SIGINT)
-    assert stack.process.wait(timeout=120) == 0, stack.tail()
+    burn = [sys.executable, "-c", "while True: pass"]
+    burners = [subprocess.Popen(burn) for _ in range(4)]
+    try:
+        time.sleep(5)
+        stack.process.send_signal(signal.SIGINT)
+        # the graces: the runs' (60 s), then dg dev's (60 s), then SIGKILL of its group
+        assert stack.process.wait(timeout=150) == 0, stack.tail()
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
     alive = [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not alive, [(p.pid, _cmdline(p)) for p in alive]
     said = stack.log.read_bytes()[before:].decode(errors="replace")
-    # Dagster's own shutdown race: its sensor daemon may start a tick after the code server it
-    # asks has gone (more likely the more sensors there are: each use case has a supervisor)
-    race = "DagsterCodeLocationNotFoundError: Location tidelake does not exist in workspace"
-    assert said.count("Traceback") == said.count(race), _around(said, "Traceback")
+    assert "Traceback" not in said, _around(said, "Traceback")
     assert f"tidelake dev: stopping the {JOB} run {running[:8]}" in said
     for component in ("dg dev", "the ingest edge of call_events"):
         assert f"tidelake dev: stopped {component}" in said
