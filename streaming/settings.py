@@ -342,7 +342,14 @@ class HostSettings(BaseSettings):
         default=None, description="the jar cache; default <virtualenv>/share/tidelake/jars"
     )
     cache: Path | None = Field(
-        default=None, description="the Spark class archive; default ~/.cache/tidelake"
+        default=None,
+        description="the Spark class archive, the use cases' planned schemas; default "
+        "~/.cache/tidelake",
+    )
+    plan_use_case_schemas: bool = Field(
+        default=True,
+        description="list a use case's column types before its table exists: its function "
+        "planned in a Spark subprocess when a code location loads (cached)",
     )
     log_level: str = Field(default="INFO", description="log level of tidelake's own logs")
     spark_log_level: str = Field(default="WARN", description="log level of Spark's logs")
@@ -364,6 +371,10 @@ class HostSettings(BaseSettings):
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.cache or Path.home() / ".cache" / "tidelake"
 
 
 def host_settings() -> HostSettings:

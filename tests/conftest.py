@@ -49,11 +49,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
     The commands and runs the suite starts get SHORT_LIVED_JVMS unless TIDELAKE_SPARK_CONF
     is set already, and a TIDELAKE_HOME of the suite's own: never the developer's `.tidelake/`
-    (the state of a `tidelake broker` they run there)."""
+    (the state of a `tidelake broker` they run there). Definitions plan no use case schemas
+    unless a test asks."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.setdefault("TIDELAKE_SPARK_CONF", json.dumps(SHORT_LIVED_JVMS))
     os.environ["TIDELAKE_HOME"] = tempfile.mkdtemp(prefix="tidelake-test-home-")
+    # a code location's load plans its use cases' schemas in a Spark subprocess on a cold cache;
+    # the tests of it turn it on (and `tidelake dev`'s, as users run it)
+    os.environ.setdefault("TIDELAKE_PLAN_USE_CASE_SCHEMAS", "false")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

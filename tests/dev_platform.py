@@ -44,6 +44,7 @@ def dev_env(root: Path, settings: EngineSettings, bootstrap_servers: str) -> dic
         "TIDELAKE_SUPERVISOR_INTERVAL": "5",
         "TIDELAKE_AUTOMATION_INTERVAL": str(AUTOMATION_INTERVAL_S),
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap_servers,
+        "TIDELAKE_PLAN_USE_CASE_SCHEMAS": "true",  # as users run it
     }
 
 

@@ -29,12 +29,22 @@ _HOW = {
 }
 
 
-def use_case_columns(use_case: UseCaseSpec, settings: EngineSettings) -> dg.TableSchema:
-    """The table's columns with their docs: from the table once it exists (its types, the docs
-    stored as column comments), else the declared docs alone."""
+def table_schema_if_exists(table_uri: str) -> pa.Schema | None:
+    """The schema of the Delta table at table_uri (its column docs as comments), None before
+    it exists."""
     try:
-        schema = pa.schema(open_table(settings.table_uri(use_case.table)).schema().to_arrow())
+        return pa.schema(open_table(table_uri).schema().to_arrow())
     except (TableNotFoundError, OSError):
+        return None
+
+
+def use_case_columns(
+    use_case: UseCaseSpec, settings: EngineSettings, planned: pa.Schema | None = None
+) -> dg.TableSchema:
+    """The table's columns with their types and docs: from the table once it exists, else as
+    planned from the declaration (planned_schema.py), else the declared docs without types."""
+    schema = table_schema_if_exists(settings.table_uri(use_case.table)) or planned
+    if schema is None:
         return dg.TableSchema(
             columns=[
                 dg.TableColumn(name, "", description=doc) for name, doc in use_case.columns.items()
@@ -44,11 +54,15 @@ def use_case_columns(use_case: UseCaseSpec, settings: EngineSettings) -> dg.Tabl
 
 
 def use_case_asset_spec(
-    use_case: UseCaseSpec, flow: FlowSpec, settings: EngineSettings
+    use_case: UseCaseSpec,
+    flow: FlowSpec,
+    settings: EngineSettings,
+    planned: pa.Schema | None = None,
 ) -> dg.AssetSpec:
     """A streaming use case's table: written by its always-on run outside any materialization,
     so an asset spec whose observations carry its lag."""
-    return dg.AssetSpec(use_case_key(use_case), **use_case_attributes(use_case, flow, settings))
+    attributes = use_case_attributes(use_case, flow, settings, planned=planned)
+    return dg.AssetSpec(use_case_key(use_case), **attributes)
 
 
 def use_case_attributes(
@@ -56,13 +70,14 @@ def use_case_attributes(
     flow: FlowSpec,
     settings: EngineSettings,
     deps: list[dg.AssetKey] | None = None,
+    planned: pa.Schema | None = None,
 ) -> dict[str, Any]:
     """What the UI shows of a use case's table, for its AssetSpec or its daily asset: the edges
     from its inputs (`deps`; the flow's table by default), its flow's group, kind, owners,
-    column docs and where it lives."""
+    columns (`planned`: its schema before the table exists) and where it lives."""
     metadata: dict[str, object] = {
         "dagster/uri": settings.table_uri(use_case.table),
-        "dagster/column_schema": use_case_columns(use_case, settings),
+        "dagster/column_schema": use_case_columns(use_case, settings, planned),
         "use_case_kind": use_case.kind,
         "function": f"{use_case.function.__module__}.{use_case.function.__qualname__}",
     }

@@ -8,6 +8,7 @@ from datetime import date
 from typing import Any
 
 import dagster as dg
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from tidelake.assets.dagster_failures import step_failure
@@ -29,7 +30,10 @@ def use_case_pool(use_case: UseCaseSpec) -> str:
 
 
 def build_daily_asset(
-    use_case: UseCaseSpec, source: DaySource, settings: EngineSettings
+    use_case: UseCaseSpec,
+    source: DaySource,
+    settings: EngineSettings,
+    planned: pa.Schema | None = None,
 ) -> dg.AssetsDefinition:
     key = use_case_key(use_case)
     partitions = daily_partitions(source.flow, settings)
@@ -54,7 +58,7 @@ def build_daily_asset(
         check_specs=checks,
         required_resource_keys={"spark"},
         pool=use_case_pool(use_case),
-        **use_case_attributes(use_case, source.flow, settings, day_deps(source)),
+        **use_case_attributes(use_case, source.flow, settings, day_deps(source), planned),
     )
     def daily_use_case(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         day = date.fromisoformat(context.partition_key)

@@ -18,15 +18,35 @@ from tidelake.assets.stream.always_on import (
 )
 from tidelake.assets.stream.health import recent_runs
 from tidelake.assets.stream.supervisor_decision import Decision, RunView, SupervisorPolicy, decide
+from tidelake.assets.tables.keys import use_case_key
 from tidelake.assets.usecases.asset_specs import use_case_check_specs
 from tidelake.assets.usecases.health import UseCaseHealth
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.stream.query import ProgressHandler
+from tidelake.streaming.usecase.freshness import Freshness, FreshnessWindow
 from tidelake.streaming.usecase.inputs import InputMissingError
 from tidelake.streaming.usecase.position import measure_lag
 from tidelake.streaming.usecase.spec import UseCaseSpec
 from tidelake.streaming.usecase.stream import UseCaseStream, stream_job_name
+
+FRESHNESS_REPORT_S = 60.0
+
+
+def freshness_observation(use_case: UseCaseSpec, figures: Freshness) -> dg.AssetObservation:
+    """The use case's freshness over the last hour as numbers the asset's page plots."""
+    return dg.AssetObservation(
+        asset_key=use_case_key(use_case),
+        description=f"Seconds from an input version's commit to the end of the batch that "
+        f"wrote it, over the run's last {figures.window_s / 60:.0f} minutes (at most an hour).",
+        metadata={
+            "freshness_p50_s": dg.MetadataValue.float(round(figures.p50_s, 2)),
+            "freshness_p99_s": dg.MetadataValue.float(round(figures.p99_s, 2)),
+            "freshness_max_s": dg.MetadataValue.float(round(figures.max_s, 2)),
+            "freshness_samples": dg.MetadataValue.int(figures.samples),
+            "freshness_window_s": dg.MetadataValue.int(round(figures.window_s)),
+        },
+    )
 
 
 def use_case_stream(use_case: UseCaseSpec, flow: FlowSpec) -> AlwaysOn[UseCaseStream]:
@@ -35,7 +55,11 @@ def use_case_stream(use_case: UseCaseSpec, flow: FlowSpec) -> AlwaysOn[UseCaseSt
     def reporter(
         context: dg.OpExecutionContext, stream: UseCaseStream, _: dict[str, str]
     ) -> ProgressHandler:
+        window = FreshnessWindow(stream.input_uri)
+        reported_at = time.monotonic()
+
         def report(query: StreamingQuery, progress: dict[str, Any] | None) -> None:
+            nonlocal reported_at
             lag = measure_lag(stream.input_uri, stream.checkpoint, time.time())
             if progress is None:
                 context.log.info(f"{query.name}: started, waiting for the first batch")
@@ -45,6 +69,13 @@ def use_case_stream(use_case: UseCaseSpec, flow: FlowSpec) -> AlwaysOn[UseCaseSt
                 f"{lag.versions} input versions behind, the oldest unread waiting "
                 f"{lag.waiting_s:.1f} s"
             )
+            window.record(query.recentProgress)
+            if time.monotonic() - reported_at < FRESHNESS_REPORT_S:
+                return
+            reported_at = time.monotonic()
+            figures = window.figures(time.time())
+            if figures is not None:
+                context.log_event(freshness_observation(use_case, figures))
 
         return report
 

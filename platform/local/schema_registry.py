@@ -52,7 +52,7 @@ class RegistryServerMissingError(SetupError, RegistryServerError):
 def schema_registry_home() -> Path:
     """Where the built registry lives: the cache, outside any clone, so one build serves every
     clone and virtualenv of this machine."""
-    cache = host_settings().cache or Path.home() / ".cache" / "tidelake"
+    cache = host_settings().cache_dir
     return cache / "schema-registry" / APICURIO_VERSION
 
 

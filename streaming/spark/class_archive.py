@@ -30,7 +30,7 @@ TRAINING_MODULE = "tidelake.streaming.stream.archive_workload"
 
 def archive_path() -> Path:
     """Where the archive for this JDK and this pyspark install lives."""
-    cache = host_settings().cache or Path.home() / ".cache" / "tidelake"
+    cache = host_settings().cache_dir
     return cache / f"spark-classes-{_install_key()}.jsa"
 
 

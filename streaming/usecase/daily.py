@@ -38,7 +38,7 @@ from tidelake.streaming.usecase.inputs import (
     event_timestamp,
     input_version,
 )
-from tidelake.streaming.usecase.output import PARTITION_COLUMN, shape_output, table_arrow_schema
+from tidelake.streaming.usecase.output import PARTITION_COLUMN, function_rows, stored_schema
 from tidelake.streaming.usecase.position import committed_input_version
 from tidelake.streaming.usecase.sinks import prepare_table
 from tidelake.streaming.usecase.spec import (
@@ -131,7 +131,7 @@ def _build_day_once(
     table_uri = settings.table_uri(use_case.table)
     rows, version = plan_day(spark, use_case, source, settings, day)
     with _naming_the_day(use_case, day):
-        schema = table_arrow_schema(rows, use_case.columns)
+        schema = stored_schema(use_case, rows)
         table = prepare_table(spark, use_case, table_uri, schema)
         files = write_data_files(rows, table_uri, PARTITION_COLUMN, f"day-{day}")
         result = replace_partitions(
@@ -154,11 +154,11 @@ def plan_day(
     """The day's rows as the function makes them, planned by Spark but not run, and the input
     version they are read at; a UseCaseError naming the use case and the day when the input is
     missing or behind, or the function fails to plan."""
-    ((argument, _),) = use_case.inputs.items()
     with _naming_the_day(use_case, day):
         _wait_for_feeder(use_case, source, settings)
-        given, version = _read_day(spark, use_case, source, settings, day)
-        rows = shape_output(use_case.call({argument: given}), use_case, day)
+        uri = source.table_uri(settings)
+        version = input_version(use_case, uri, source.described)
+        rows = function_rows(use_case, day_rows(spark, source, uri, day, version), day)
     return rows, version
 
 
@@ -174,21 +174,15 @@ def _naming_the_day(use_case: UseCaseSpec, day: date) -> Iterator[None]:
         raise UseCaseError(_of_day(use_case, day, failure_line(use_case, exc))) from None
 
 
-def _read_day(
-    spark: SparkSession,
-    use_case: UseCaseSpec,
-    source: DaySource,
-    settings: EngineSettings,
-    day: date,
-) -> tuple[DataFrame, int]:
-    """The input's day at its current version, and that version. A flow's rows gain the
+def day_rows(
+    spark: SparkSession, source: DaySource, uri: str, day: date, version: int
+) -> DataFrame:
+    """The input's day at `version` of its table at `uri`. A flow's rows gain the
     event_timestamp a streaming input has; a use case's table has its own columns."""
-    uri = source.table_uri(settings)
-    version = input_version(use_case, uri, source.described)
     rows = day_input(spark, uri, source.day_column, day, version)
     if source.reads is None:
         rows = rows.withColumn(EVENT_TIMESTAMP, event_timestamp(source.flow))
-    return rows, version
+    return rows
 
 
 def _wait_for_feeder(use_case: UseCaseSpec, source: DaySource, settings: EngineSettings) -> None:

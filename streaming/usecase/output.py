@@ -50,6 +50,21 @@ def shape_output(rows: object, use_case: UseCaseSpec, day: date | None = None) -
     raise AssertionError(output)
 
 
+def function_rows(use_case: UseCaseSpec, given: DataFrame, day: date | None = None) -> DataFrame:
+    """The use case's function on its input `given` (a Daily one's day `day`), its result
+    shaped as the table's rows (shape_output)."""
+    ((argument, _),) = use_case.inputs.items()
+    return shape_output(use_case.call({argument: given}), use_case, day)
+
+
+def stored_schema(use_case: UseCaseSpec, shaped: DataFrame) -> pa.Schema:
+    """The schema of the table that stores shaped rows: an Upsert's after the reduction to one
+    row per key (its sums' types), each column with its declared doc."""
+    output = use_case.output
+    stored = latest_per_key(shaped, output) if isinstance(output, Upsert) else shaped
+    return table_arrow_schema(stored, use_case.columns)
+
+
 def latest_per_key(rows: DataFrame, upsert: Upsert) -> DataFrame:
     """One row per key: the other columns of its newest row by sequence_by (ties broken by the
     other columns' values, so that any order of the same rows gives the same row), and the

@@ -18,7 +18,7 @@ from tidelake.streaming.errors import TidelakeError
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
 from tidelake.streaming.usecase.inputs import input_version, stream_input
-from tidelake.streaming.usecase.output import latest_per_key, shape_output, table_arrow_schema
+from tidelake.streaming.usecase.output import function_rows, stored_schema
 from tidelake.streaming.usecase.refresh import take_refresh
 from tidelake.streaming.usecase.sinks import AppendSink, BatchSink, UpsertSink, prepare_table
 from tidelake.streaming.usecase.spec import Upsert, UseCaseSpec, failure_line
@@ -72,13 +72,11 @@ class UseCaseStream:
         its table, before anything is written."""
         if take_refresh(self.use_case, self.settings):
             log.info("%s: full refresh: table and checkpoint deleted", self.query_name)
-        ((argument, _),) = self.use_case.inputs.items()
         rows = stream_input(spark, self.input_uri, self.flow, self.use_case)
-        shaped = shape_output(self.use_case.call({argument: rows}), self.use_case)
-        output = self.use_case.output
-        stored = latest_per_key(shaped, output) if isinstance(output, Upsert) else shaped
-        schema = table_arrow_schema(stored, self.use_case.columns)
+        shaped = function_rows(self.use_case, rows)
+        schema = stored_schema(self.use_case, shaped)
         prepare_table(spark, self.use_case, self.table_uri, schema)
+        output = self.use_case.output
         if isinstance(output, Upsert):
             self.sink = UpsertSink(self.use_case, self.table_uri, self.checkpoint)
         else:

@@ -13,9 +13,10 @@ import dataclasses
 import random
 import re
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +31,20 @@ from pyspark.sql import functions as F
 from use_case_tables import activity_differences, stored_activity
 
 from tidelake.assets.definitions import build_definitions
+from tidelake.assets.tables.keys import use_case_key
 from tidelake.streaming.calls.call_events import CALL_EVENTS
-from tidelake.streaming.calls.use_cases import ACCOUNT_ACTIVITY
+from tidelake.streaming.calls.use_cases import ACCOUNT_ACTIVITY, CALLS_BY_REGION_DAILY
 from tidelake.streaming.flow.table_schema import table_schema
 from tidelake.streaming.polling import poll_until
 from tidelake.streaming.stream.query import StreamFailedError, run_query
+from tidelake.streaming.usecase.daily import DaySource, build_day
+from tidelake.streaming.usecase.freshness import FreshnessWindow
 from tidelake.streaming.usecase.inputs import MAX_FILES_PER_TRIGGER
-from tidelake.streaming.usecase.position import committed_input_version, measure_lag
+from tidelake.streaming.usecase.position import (
+    commit_time_ms,
+    committed_input_version,
+    measure_lag,
+)
 from tidelake.streaming.usecase.refresh import refresh_marker, request_refresh
 from tidelake.streaming.usecase.spec import Append, FlowTable, Upsert, UseCaseError, UseCaseSpec
 from tidelake.streaming.usecase.stream import UseCaseStream
@@ -378,3 +386,76 @@ def test_a_backlog_after_a_restart_is_worked_off_in_bounded_batches(
     assert sum(batches) == backlog * 3, batches
     calls = read_delta(settings.table_uri(CALL_EVENTS.table)).to_pandas()
     assert activity_differences(settings, calls) == {}
+
+
+def test_the_run_measures_the_freshness_of_every_input_version_it_reads(
+    spark: Any, engine_settings: Any
+) -> None:
+    """The freshness the run reports on the use case's asset (assets/usecases/stream_job.py):
+    every input version read once, from Spark's progress of each batch; its seconds from the
+    version's commit (the input's log) to the end of its batch lie between 0 and the moment the
+    test saw the use case's checkpoint commit it (plus the end of that trigger)."""
+    settings = engine_settings
+    land(settings, call_rows(40, 20, START_MS, 60_000))  # version 0: the first batch, no figure
+    stream = UseCaseStream(ACCOUNT_ACTIVITY, CALL_EVENTS, settings)
+    window = FreshnessWindow(stream.input_uri)
+    query = stream.start(spark)
+    recorded: dict[int, float] = {}
+    seen_at: dict[int, float] = {}
+    try:
+        caught_up(stream, 0)
+        for version in range(1, 5):
+            land(settings, call_rows(40 + version, 20, START_MS, 60_000))
+            caught_up(stream, version)
+            seen_at[version] = time.time()
+
+        def all_recorded() -> bool | None:
+            recorded.update(window.record(query.recentProgress))
+            return True if 4 in recorded else None
+
+        poll_until(all_recorded, timeout_s=60, interval_s=0.5, timeout_error=AssertionError)
+    finally:
+        query.stop()
+    assert sorted(recorded) == [1, 2, 3, 4]
+    for version, seconds in recorded.items():
+        committed_ms = commit_time_ms(stream.input_uri, version)
+        assert committed_ms is not None
+        assert 0 <= seconds <= seen_at[version] - committed_ms / 1000 + 2.0, (version, seconds)
+    figures = window.figures(time.time())
+    assert figures is not None and figures.samples == 4
+    assert figures.p50_s <= figures.p99_s <= figures.max_s == max(recorded.values())
+
+
+def test_a_use_cases_columns_have_their_types_before_its_table_exists(
+    spark: Any, engine_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The code location's first load lists an upsert's and a Daily use case's columns with the
+    types their tables get: their functions planned over their input's schema in a Spark
+    subprocess (a cold cache here), never run. Once their writers create the tables, the tables'
+    own columns are the same."""
+    monkeypatch.setenv("TIDELAKE_PLAN_USE_CASE_SCHEMAS", "true")
+    monkeypatch.setenv("TIDELAKE_CACHE", str(tmp_path / "cache"))
+    settings = engine_settings
+    land(settings, call_rows(50, 40, START_MS, 60_000))
+
+    def listed() -> dict[str, list[tuple[str, str]]]:
+        graph = build_definitions({CALL_EVENTS.name: CALL_EVENTS}, settings).resolve_asset_graph()
+        return {
+            use_case.name: [
+                (c.name, c.type)
+                for c in graph.get(use_case_key(use_case)).metadata["dagster/column_schema"].columns
+            ]
+            for use_case in (ACCOUNT_ACTIVITY, CALLS_BY_REGION_DAILY)
+        }
+
+    planned = listed()
+    assert not (tmp_path / "lake" / ACCOUNT_ACTIVITY.table).exists()
+    assert all(kind for columns in planned.values() for _, kind in columns), planned
+    assert ("last_event_time", "timestamp[us, tz=UTC]") in planned[ACCOUNT_ACTIVITY.name]
+    assert len(list((tmp_path / "cache" / "use-case-schemas").iterdir())) == 2
+
+    with streaming(spark, settings, ACCOUNT_ACTIVITY) as activity:
+        caught_up(activity, 0)
+    day = date(2026, 12, 1)
+    build_day(spark, CALLS_BY_REGION_DAILY, DaySource(CALL_EVENTS, None), settings, day)
+    assert listed() == planned  # now read from the tables themselves
