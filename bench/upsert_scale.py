@@ -24,11 +24,10 @@ from typing import Any
 
 import click
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 from common import write_figures
 from deltalake import DeltaTable, write_deltalake
-from pyspark.sql import DataFrame
+from upsert_checks import differences, table_files
 
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.calls.use_cases import ACCOUNT_ACTIVITY
@@ -145,52 +144,6 @@ def batch_figures(commits: list[dict[str, Any]], input_commit_ms: int) -> dict[s
     }
 
 
-def expected_activity(lake: Lake) -> pd.DataFrame:
-    rows = DeltaTable(lake.input_uri).to_pandas(
-        columns=["account_sid", "call_sid", "event_time", "call_state", "duration"]
-    )
-    rows["failed"] = (rows["call_state"] == "failed").astype("int64")
-    newest = rows.sort_values("event_time").groupby("account_sid").tail(1).set_index("account_sid")
-    totals = rows.groupby("account_sid").agg(
-        calls=("call_sid", "size"), failed_calls=("failed", "sum"), duration_s=("duration", "sum")
-    )
-    totals["last_call_sid"] = newest["call_sid"]
-    return totals.sort_index()
-
-
-def differences(spark: Any, lake: Lake) -> int:
-    """Accounts whose stored row differs from the recomputation (delta-spark reads the table:
-    an independent reader that honours deletion vectors)."""
-    stored = (
-        spark.read.format("delta")
-        .load(lake.stream.table_uri)
-        .select("account_sid", "calls", "failed_calls", "duration_s", "last_call_sid")
-        .toPandas()
-        .set_index("account_sid")
-        .sort_index()
-    )
-    expected = expected_activity(lake)
-    if len(stored) != len(expected) or not stored.index.equals(expected.index):
-        return abs(len(stored) - len(expected)) or len(expected)
-    columns = ["calls", "failed_calls", "duration_s", "last_call_sid"]
-    return int((stored[columns].astype(str) != expected[columns].astype(str)).any(axis=1).sum())
-
-
-def table_files(spark: Any, lake: Lake) -> dict[str, int]:
-    """Live files of the table and how many carry a deletion vector, from delta-spark's
-    snapshot (delta-rs's add actions leave the vectors out)."""
-    jvm = spark._jvm
-    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
-        spark._jsparkSession, lake.stream.table_uri
-    )
-    empty = jvm.scala.Option.empty()
-    files = DataFrame(log.update(False, empty, empty).allFiles().toDF(), spark)
-    return {
-        "files": files.count(),
-        "files_with_deletion_vector": files.where("deletionVector IS NOT NULL").count(),
-    }
-
-
 def summary(values: list[float]) -> dict[str, float]:
     return {
         "p50": float(np.percentile(values, 50)),
@@ -240,8 +193,10 @@ def main(small: int, large: int, batches: int, events: int, out: Path | None) ->
             result[lake.name] = {
                 "keys": lake.keys,
                 **{k: summary([r[k] for r in rows]) for k in rows[0]},
-                **table_files(spark, lake),
-                "accounts_differing_from_recomputation": differences(spark, lake),
+                **table_files(spark, lake.stream.table_uri),
+                "accounts_differing_from_recomputation": differences(
+                    spark, lake.input_uri, lake.stream.table_uri
+                ),
             }
         spark.stop()
     s, g = result["small"], result["large"]

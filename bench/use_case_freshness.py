@@ -8,6 +8,8 @@ long after the producer stopped the flow's table and then the use case had every
 use case's freshness read from the logs alone: for every input version with rows, the time from
 its commit to the commit of the use case's batch that read it (the batch's end offset in the
 use case's checkpoint; its commit found by the application transaction the MERGE records).
+At the end, the use case's table: its live files and deletion vectors, its log's files, its auto
+compactions, and the accounts that differ from a recomputation (read back by delta-spark).
 
     python bench/use_case_freshness.py --rate 2000 --minutes 10
 """
@@ -25,14 +27,17 @@ from pathlib import Path
 import click
 import numpy as np
 from common import TreeSampler, commits, kafka, wait_for, write_figures
+from upsert_checks import differences, table_files
 
 from tidelake.platform.dev.produce import produce_demo_events
 from tidelake.platform.local.process_group import stop_group
 from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.calls.use_cases import ACCOUNT_ACTIVITY
 from tidelake.streaming.kafka.admin import delete_topic, ensure_topic
+from tidelake.streaming.spark.session import build_spark_session
 from tidelake.streaming.storage.location import Location
 from tidelake.streaming.usecase.position import committed_input_version, version_read
+from tidelake.streaming.usecase.upsert_table import upsert_table_state
 
 USE_CASE = ACCOUNT_ACTIVITY.name
 
@@ -83,6 +88,26 @@ def freshness_ms(lake: Path, checkpoint: Path) -> np.ndarray:
             ]
         previous = max(previous, end)
     return np.array(out, dtype=float)
+
+
+def end_state(lake: Path) -> dict[str, int]:
+    """The upsert table once both streams stopped: what its writer keeps bounded (live files,
+    deletion vectors, log files, auto compactions) and whether it equals a recomputation."""
+    table_uri, input_uri = str(lake / USE_CASE), str(lake / "call_events")
+    state = upsert_table_state(table_uri)
+    spark = build_spark_session("local[2]")
+    try:
+        files = table_files(spark, table_uri)
+        differing = differences(spark, input_uri, table_uri)
+    finally:
+        spark.stop()
+    return {
+        "table_version": state.table_version,
+        "delta_log_files": state.delta_log_files,
+        "auto_compactions_in_last_200_commits": state.auto_compactions,
+        **files,
+        "accounts_differing_from_recomputation": differing,
+    }
 
 
 def start(name: str, env: dict[str, str]) -> subprocess.Popen:
@@ -157,6 +182,7 @@ def main(rate: int, minutes: float, use_case_conf: tuple[str, ...], out: Path | 
                 if proc is not None:
                     stop_group(proc, 90, leader_only=True)
         fresh = freshness_ms(lake, checkpoint)
+        table = end_state(lake)
     figures: dict[str, object] = {
         "rate": rate,
         "minutes": minutes,
@@ -173,6 +199,7 @@ def main(rate: int, minutes: float, use_case_conf: tuple[str, ...], out: Path | 
         "freshness_p50_ms": float(np.percentile(fresh, 50)),
         "freshness_p99_ms": float(np.percentile(fresh, 99)),
         "freshness_max_ms": float(fresh.max()),
+        **table,
     }
     click.echo(
         f"{report.good:,} events at {report.rate:,.0f}/s over {minutes:g} min; call_events "
@@ -184,7 +211,13 @@ def main(rate: int, minutes: float, use_case_conf: tuple[str, ...], out: Path | 
         f"{figures['freshness_max_ms']:,.0f} ms\n"
         f"peak RSS: flow {figures['flow_peak_rss_mb']:,.0f} MB, {USE_CASE} "
         f"{figures['use_case_peak_rss_mb']:,.0f} MB; CPU: flow {flow_sampler.total_cpu_s:,.0f} s, "
-        f"{USE_CASE} {use_case_sampler.total_cpu_s:,.0f} s"
+        f"{USE_CASE} {use_case_sampler.total_cpu_s:,.0f} s\n"
+        f"{USE_CASE}'s table at the end: version {table['table_version']:,}, "
+        f"{table['files']} live files ({table['files_with_deletion_vector']} with a deletion "
+        f"vector), {table['delta_log_files']} files in its log, "
+        f"{table['auto_compactions_in_last_200_commits']} auto compactions in its last 200 "
+        f"commits; accounts differing from a recomputation (read by delta-spark): "
+        f"{table['accounts_differing_from_recomputation']}"
     )
     write_figures(out, figures)
 
