@@ -24,6 +24,7 @@ import pickle
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from datetime import date
 from pathlib import Path
@@ -43,6 +44,8 @@ from tidelake.streaming.usecase.spec import UseCaseSpec
 log = logging.getLogger(__name__)
 
 PLANNING_TIMEOUT_S = 300.0
+RETRY_AFTER_S = 3600.0
+"""A use case whose planning failed is planned again after this long (or once it changed)."""
 PLANNED_DAY = date(2000, 1, 1)
 """The day a Daily use case is planned for (its input is empty: any day)."""
 
@@ -60,7 +63,7 @@ def planned_schemas(
     """The planned table schema of each use case in `wanted` (use cases before those reading
     them), from the cache or planned now; `existing` holds the schemas of the tables that exist
     (what a use case reading one of them is planned over). A use case that cannot be planned is
-    left out, with a warning."""
+    left out, with a warning, and not planned again for RETRY_AFTER_S."""
     host = host_settings()
     if not host.plan_use_case_schemas:
         return {}
@@ -76,11 +79,37 @@ def planned_schemas(
         cached = folder / f"{fingerprints[use_case.name]}.arrow"
         if cached.exists():
             found[use_case.name] = pa.ipc.read_schema(pa.py_buffer(cached.read_bytes()))
-        else:
+        elif not _failed_lately(cached.with_suffix(".failed")):
             missing.append(PlanRequest(use_case, source, fingerprints[use_case.name]))
-    if missing:
-        found.update(_plan_in_subprocess(missing, {**existing, **found}, folder))
+    if not missing:
+        return found
+    outcomes = _plan_in_subprocess(missing, {**existing, **found}, folder)
+    for request in missing:
+        outcome = outcomes.get(request.use_case.name, "not planned")
+        if isinstance(outcome, str):
+            log.warning("use case %s: columns without types: %s", request.use_case.name, outcome)
+            failed = folder / f"{request.fingerprint}.failed"
+            _write_whole(failed, outcome.encode())  # not tried again by every process at once
+        else:
+            found[request.use_case.name] = outcome
     return found
+
+
+def _failed_lately(marker: Path) -> bool:
+    """Planning failed within RETRY_AFTER_S (each process loading the definitions, every run
+    worker among them, would otherwise start a JVM to fail again)."""
+    try:
+        return time.time() - marker.stat().st_mtime < RETRY_AFTER_S
+    except FileNotFoundError:
+        return False
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    """Write path so that a concurrent reader finds it whole or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f"{path.suffix}.{os.getpid()}.tmp")
+    partial.write_bytes(data)
+    partial.replace(path)
 
 
 def _input_fingerprint(
@@ -122,14 +151,14 @@ def _digest(data: bytes) -> str:
 
 def _plan_in_subprocess(
     requests: list[PlanRequest], known: Mapping[str, pa.Schema], folder: Path
-) -> dict[str, pa.Schema]:
-    """Plan `requests` in one subprocess, which caches each schema in `folder`."""
-    names = ", ".join(r.use_case.name for r in requests)
+) -> dict[str, pa.Schema | str]:
+    """Plan `requests` in one subprocess, which caches each schema in `folder`: each use case's
+    schema, or why it has none."""
+    names = [r.use_case.name for r in requests]
     try:
         payload = cloudpickle.dumps((requests, dict(known), str(folder)))  # type: ignore[no-untyped-call]
     except (pickle.PicklingError, TypeError, AttributeError) as exc:
-        log.warning("use case columns without types (%s): not picklable: %s", names, exc)
-        return {}
+        return dict.fromkeys(names, f"not picklable: {exc}")
     with tempfile.TemporaryDirectory(prefix="tidelake-plan-") as work:
         given, results = Path(work) / "requests", Path(work) / "results"
         given.write_bytes(payload)
@@ -140,20 +169,15 @@ def _plan_in_subprocess(
                 command, env=env, capture_output=True, text=True, timeout=PLANNING_TIMEOUT_S
             )
         except subprocess.TimeoutExpired:
-            log.warning("use case columns without types (%s): planning took too long", names)
-            return {}
+            return dict.fromkeys(names, f"planning took over {PLANNING_TIMEOUT_S:.0f} s")
         if done.returncode != 0 or not results.exists():
             tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
-            log.warning("use case columns without types (%s): %s", names, tail[0])
-            return {}
+            return dict.fromkeys(names, f"the planning process failed: {tail[0]}")
         outcomes: dict[str, bytes | str] = pickle.loads(results.read_bytes())
-    planned = {}
-    for name, outcome in outcomes.items():
-        if isinstance(outcome, str):
-            log.warning("use case %s: columns without types: %s", name, outcome)
-        else:
-            planned[name] = pa.ipc.read_schema(pa.py_buffer(outcome))
-    return planned
+    return {
+        name: outcome if isinstance(outcome, str) else pa.ipc.read_schema(pa.py_buffer(outcome))
+        for name, outcome in outcomes.items()
+    }
 
 
 def plan(
@@ -190,10 +214,7 @@ def plan(
                 continue
             known[use_case.name] = planned
             serialized = planned.serialize().to_pybytes()
-            cached = folder / f"{request.fingerprint}.arrow"
-            partial = cached.with_suffix(f".{os.getpid()}.tmp")
-            partial.write_bytes(serialized)
-            partial.replace(cached)  # whole or absent for a concurrent reader
+            _write_whole(folder / f"{request.fingerprint}.arrow", serialized)
             outcomes[use_case.name] = serialized
     spark.stop()
     return outcomes

@@ -37,6 +37,7 @@ from tidelake.streaming.calls.use_cases import ACCOUNT_ACTIVITY, CALLS_BY_REGION
 from tidelake.streaming.flow.table_schema import table_schema
 from tidelake.streaming.polling import poll_until
 from tidelake.streaming.stream.query import StreamFailedError, run_query
+from tidelake.streaming.usecase import planned_schema
 from tidelake.streaming.usecase.daily import DaySource, build_day
 from tidelake.streaming.usecase.freshness import FreshnessWindow
 from tidelake.streaming.usecase.inputs import MAX_FILES_PER_TRIGGER
@@ -459,3 +460,24 @@ def test_a_use_cases_columns_have_their_types_before_its_table_exists(
     day = date(2026, 12, 1)
     build_day(spark, CALLS_BY_REGION_DAILY, DaySource(CALL_EVENTS, None), settings, day)
     assert listed() == planned  # now read from the tables themselves
+
+
+def test_a_function_that_cannot_be_planned_keeps_untyped_columns_and_is_not_retried_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its planning fails in the subprocess (the function selects a column its input lacks):
+    no schema, one line saying why, and a marker so that the next processes to load the
+    definitions (every run worker) do not each start a JVM to fail again."""
+    monkeypatch.setenv("TIDELAKE_PLAN_USE_CASE_SCHEMAS", "true")
+    monkeypatch.setenv("TIDELAKE_CACHE", str(tmp_path / "cache"))
+    broken = declared("unplannable", raises, Upsert(key=("call_sid",), sequence_by="event_time"))
+    wanted = [(broken, DaySource(CALL_EVENTS, None))]
+    assert planned_schema.planned_schemas(wanted, {}) == {}
+    (marker,) = (tmp_path / "cache" / "use-case-schemas").glob("*.failed")
+    assert "no_such_column" in marker.read_text()
+
+    def no_second_try(*_: Any) -> Any:
+        raise AssertionError("planned again")
+
+    monkeypatch.setattr(planned_schema, "_plan_in_subprocess", no_second_try)
+    assert planned_schema.planned_schemas(wanted, {}) == {}
