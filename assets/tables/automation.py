@@ -29,15 +29,11 @@ def check_on_new_partitions() -> dg.AutomationCondition:
 
 
 def after_blocking_checks() -> dg.AutomationCondition:
-    """on_new_partitions, but only on dates whose upstream blocking checks passed; a date not
-    made because its input failed a blocking check is requested when that check passes later
-    (after a fix). Only such a date (never made, or its last run failed): the daemon ticks while
-    runs are in flight, and counting the pass inside the run that made the date made a closed day
-    twice (issue 76)."""
-    checks_newly_passed = (
-        AC.any_deps_match(AC.all_checks_match(AC.check_passed(), blocking_only=True).newly_true())
-        & (AC.missing() | AC.execution_failed())
-    ).with_label("blocking checks of a dependency newly passed, the date not made")
+    """on_new_partitions, but only on dates whose upstream blocking checks passed; a date whose
+    checks pass later (after a fix) is requested then."""
+    checks_newly_passed = AC.any_deps_match(
+        AC.all_checks_match(AC.check_passed(), blocking_only=True).newly_true()
+    ).with_label("blocking checks of a dependency newly passed")
     trigger = AC.any_deps_updated() | checks_newly_passed
     return (
         on_new_partitions().replace("any_deps_updated", trigger)

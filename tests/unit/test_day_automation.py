@@ -1,4 +1,5 @@
-"""A day gated by its input day's blocking checks is made once by the automation (issue 76 item 6).
+"""A day gated by its input day's blocking checks is made by the automation once when it closes,
+with ticks inside its run, and after a failed check passes on a recheck (issue 76 item 6).
 
 The run the automation launches for a day holds the input day's checks and the day itself; the
 daemon ticks every 30 s whatever runs are in flight, so ticks land inside that run. The check
