@@ -29,13 +29,40 @@ def check_on_new_partitions() -> dg.AutomationCondition:
 
 
 def after_blocking_checks() -> dg.AutomationCondition:
-    """on_new_partitions, but only on dates whose upstream blocking checks passed; a date whose
-    checks pass later (after a fix) is requested then."""
-    checks_newly_passed = AC.any_deps_match(
-        AC.all_checks_match(AC.check_passed(), blocking_only=True).newly_true()
-    ).with_label("blocking checks of a dependency newly passed")
-    trigger = AC.any_deps_updated() | checks_newly_passed
+    """on_new_partitions, but only on dates whose upstream blocking checks passed, each trigger
+    with its own reset (issue 76):
+
+    - an input update is news until the date is requested again: an update landing in the tick
+      that also sees the date's own make (a backfill racing the close's run) still makes it
+      again, where one "since last handled" lets the reset win (Dagster 1.13's boolean
+      operators drop the timing that tells which came later);
+    - a blocking check newly passing is news only for a date never made or whose last run
+      failed (a fix re-checked on demand), and only until the date is handled: the daemon ticks
+      inside the run that checks the input and makes the date, and counting that pass made a
+      closed day twice;
+    - a new date, as eager's.
+    """
+    requested = (AC.newly_requested() | AC.initial_evaluation()).with_label("requested")
+    handled = (AC.newly_requested() | AC.newly_updated() | AC.initial_evaluation()).with_label(
+        "handled"
+    )
+    input_changed = AC.any_deps_updated().since(requested).with_label("input updated")
+    checks_passed = (
+        (
+            AC.any_deps_match(
+                AC.all_checks_match(AC.check_passed(), blocking_only=True).newly_true()
+            )
+            & (AC.missing() | AC.execution_failed())
+        )
+        .since(handled)
+        .with_label("blocking checks of a dependency newly passed, the date not made")
+    )
+    new_date = AC.newly_missing().since(handled).with_label("new date")
     return (
-        on_new_partitions().replace("any_deps_updated", trigger)
+        AC.in_latest_time_window(LOOKBACK)
+        & (new_date | input_changed | checks_passed)
+        & ~AC.any_deps_missing()
+        & ~AC.any_deps_in_progress()
+        & ~AC.in_progress()
         & AC.all_deps_blocking_checks_passed()
     ).with_label("eager after blocking checks")

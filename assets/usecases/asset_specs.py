@@ -38,12 +38,9 @@ def table_schema_if_exists(table_uri: str) -> pa.Schema | None:
         return None
 
 
-def use_case_columns(
-    use_case: UseCaseSpec, settings: EngineSettings, planned: pa.Schema | None = None
-) -> dg.TableSchema:
-    """The table's columns with their types and docs: from the table once it exists, else as
-    planned from the declaration (planned_schema.py), else the declared docs without types."""
-    schema = table_schema_if_exists(settings.table_uri(use_case.table)) or planned
+def use_case_columns(use_case: UseCaseSpec, schema: pa.Schema | None) -> dg.TableSchema:
+    """The table's columns with their types and docs from `schema` (its table's, or planned
+    before it exists: definitions.use_case_schemas), else the declared docs without types."""
     if schema is None:
         return dg.TableSchema(
             columns=[
@@ -57,11 +54,11 @@ def use_case_asset_spec(
     use_case: UseCaseSpec,
     flow: FlowSpec,
     settings: EngineSettings,
-    planned: pa.Schema | None = None,
+    schema: pa.Schema | None = None,
 ) -> dg.AssetSpec:
     """A streaming use case's table: written by its always-on run outside any materialization,
     so an asset spec whose observations carry its lag."""
-    attributes = use_case_attributes(use_case, flow, settings, planned=planned)
+    attributes = use_case_attributes(use_case, flow, settings, schema=schema)
     return dg.AssetSpec(use_case_key(use_case), **attributes)
 
 
@@ -70,14 +67,14 @@ def use_case_attributes(
     flow: FlowSpec,
     settings: EngineSettings,
     deps: list[dg.AssetKey] | None = None,
-    planned: pa.Schema | None = None,
+    schema: pa.Schema | None = None,
 ) -> dict[str, Any]:
     """What the UI shows of a use case's table, for its AssetSpec or its daily asset: the edges
     from its inputs (`deps`; the flow's table by default), its flow's group, kind, owners,
-    columns (`planned`: its schema before the table exists) and where it lives."""
+    columns (`schema`: its table's, or planned before it exists) and where it lives."""
     metadata: dict[str, object] = {
         "dagster/uri": settings.table_uri(use_case.table),
-        "dagster/column_schema": use_case_columns(use_case, settings, planned),
+        "dagster/column_schema": use_case_columns(use_case, schema),
         "use_case_kind": use_case.kind,
         "function": f"{use_case.function.__module__}.{use_case.function.__qualname__}",
     }

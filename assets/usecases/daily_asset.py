@@ -33,7 +33,7 @@ def build_daily_asset(
     use_case: UseCaseSpec,
     source: DaySource,
     settings: EngineSettings,
-    planned: pa.Schema | None = None,
+    schema: pa.Schema | None = None,
 ) -> dg.AssetsDefinition:
     key = use_case_key(use_case)
     partitions = daily_partitions(source.flow, settings)
@@ -58,7 +58,7 @@ def build_daily_asset(
         check_specs=checks,
         required_resource_keys={"spark"},
         pool=use_case_pool(use_case),
-        **use_case_attributes(use_case, source.flow, settings, day_deps(source), planned),
+        **use_case_attributes(use_case, source.flow, settings, day_deps(source), schema),
     )
     def daily_use_case(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         day = date.fromisoformat(context.partition_key)

@@ -31,12 +31,12 @@ def use_case_definitions(
 ) -> dg.Definitions:
     assets: list[dg.AssetSpec | dg.AssetsDefinition] = []
     jobs, sensors, checks = [], [], []
-    planned = use_case_schemas(use_cases, flows, settings)
+    schemas = use_case_schemas(use_cases, flows, settings)
     for use_case in use_cases.values():
         source = day_source(use_case, use_cases, flows)
         flow = source.flow
         jobs.append(build_refresh_job(use_case, source, settings))
-        schema = planned.get(use_case.name)
+        schema = schemas.get(use_case.name)
         if not use_case.streaming:
             assets.append(build_daily_asset(use_case, source, settings, schema))
             continue
@@ -54,8 +54,8 @@ def use_case_definitions(
 def use_case_schemas(
     use_cases: Mapping[str, UseCaseSpec], flows: Mapping[str, FlowSpec], settings: EngineSettings
 ) -> dict[str, pa.Schema]:
-    """The planned table schema of each use case whose table does not exist yet (what its
-    asset lists as its columns' types), planned over the existing tables it reads."""
+    """Each use case's table schema (what its asset lists as its columns' types): its table's,
+    read once, or, before the table exists, planned over the existing tables it reads."""
     existing = {}
     for use_case in use_cases.values():
         schema = table_schema_if_exists(settings.table_uri(use_case.table))
@@ -71,4 +71,5 @@ def use_case_schemas(
         for use_case in sorted(use_cases.values(), key=depth)  # what a use case reads first
         if use_case.name not in existing
     ]
-    return planned_schemas(wanted, existing) if wanted else {}
+    planned = planned_schemas(wanted, existing) if wanted else {}
+    return existing | planned

@@ -1,6 +1,10 @@
 """A day gated by its input day's blocking checks is made by the automation once when it closes,
 with ticks inside its run, and after a failed check passes on a recheck (issue 76 item 6).
 
+A backfill of the input day that lands while the day is being made is news for the day: the
+tick after the run sees both the day's make and the input's update, and the day is made again
+from the backfilled input.
+
 The run the automation launches for a day holds the input day's checks and the day itself; the
 daemon ticks every 30 s whatever runs are in flight, so ticks land inside that run. The check
 passing there is not news for the day (the same run made the day); the check passing later in a
@@ -8,7 +12,7 @@ run of its own (a fix, re-checked on demand) is. Real in-process runs on an inst
 every step, on a graph of two daily assets shaped as a flow's table and a Daily use case are.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +29,7 @@ NOW = datetime(2026, 11, 23, 12, tzinfo=UTC)
 CLOSED = "2026-11-22"
 FAILING: set[str] = set()  # days whose input fails its check
 DAEMONS: list["Daemon"] = []  # the test's daemon, ticking inside the check's step too
+WHILE_MADE: list[Callable[[], None]] = []  # what happens while the day's step runs
 
 
 @dg.asset(key=INPUT, partitions_def=DAYS)
@@ -45,7 +50,9 @@ def expectations(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
 
 
 @dg.asset(key=DAY, deps=[INPUT], partitions_def=DAYS, automation_condition=after_blocking_checks())
-def events_by_region_daily() -> None: ...
+def events_by_region_daily() -> None:
+    for happen in WHILE_MADE:
+        happen()
 
 
 class Daemon:
@@ -98,6 +105,7 @@ class Daemon:
 @pytest.fixture
 def daemon() -> Iterator[Daemon]:
     FAILING.clear()
+    WHILE_MADE.clear()
     with dg.instance_for_test() as instance:
         DAEMONS[:] = [Daemon(instance)]
         yield DAEMONS[0]
@@ -131,3 +139,15 @@ def test_a_day_whose_check_passes_on_a_recheck_is_made_then_and_once(daemon: Dae
     assert daemon.run(CLOSED, {DAY}).success
     assert [daemon.tick() for _ in range(3)] == [set()] * 3
     assert daemon.made() == 1
+
+
+def test_a_backfill_landing_while_the_day_is_made_makes_it_again(daemon: Daemon) -> None:
+    close_day(daemon)
+    backfill = dg.AssetMaterialization(INPUT, partition=CLOSED)
+    WHILE_MADE.append(lambda: daemon.instance.report_runless_asset_event(backfill))
+    assert daemon.run(CLOSED, {DAY}).success
+    WHILE_MADE.clear()
+    assert daemon.inside_runs[-1] | daemon.tick() == {CLOSED}  # a day made ends its in-progress
+    assert daemon.run(CLOSED, {DAY}).success
+    assert [daemon.tick() for _ in range(3)] == [set()] * 3
+    assert daemon.made() == 2
