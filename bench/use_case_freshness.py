@@ -11,11 +11,14 @@ use case's checkpoint; its commit found by the application transaction the MERGE
 At the end, the use case's table: its live files and deletion vectors, its log's files, its auto
 compactions, and the accounts that differ from a recomputation (read back by delta-spark).
 
-    python bench/use_case_freshness.py --rate 2000 --minutes 10
+    python bench/use_case_freshness.py --rate 2000 --minutes 10 [--one-application]
+
+With --one-application both run as queries of one Spark application (issue 77).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -110,8 +113,8 @@ def end_state(lake: Path) -> dict[str, int]:
     }
 
 
-def start(name: str, env: dict[str, str]) -> subprocess.Popen:
-    command = [sys.executable, "-m", "tidelake.platform.cli", "stream", name]
+def start(name: str, env: dict[str, str], *options: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "tidelake.platform.cli", "stream", name, *options]
     return subprocess.Popen(command, env=env, start_new_session=True)
 
 
@@ -125,8 +128,20 @@ def start(name: str, env: dict[str, str]) -> subprocess.Popen:
     metavar="KEY=VALUE",
     help="A Spark setting of the use case's process, to compare; repeatable.",
 )
+@click.option(
+    "--one-application",
+    is_flag=True,
+    help="Run the use case as a query of the flow's Spark application (`tidelake stream "
+    "call_events --use-cases`) instead of a process of its own.",
+)
 @click.option("--out", type=click.Path(path_type=Path), help="Also write the figures as JSON.")
-def main(rate: int, minutes: float, use_case_conf: tuple[str, ...], out: Path | None) -> None:
+def main(
+    rate: int,
+    minutes: float,
+    use_case_conf: tuple[str, ...],
+    one_application: bool,
+    out: Path | None,
+) -> None:
     """The flow and account_activity at a steady rate: keeping up, freshness, RSS."""
     with kafka() as conf, tempfile.TemporaryDirectory(prefix="tidelake-use-case-") as tmp:
         lake, checkpoints = Path(tmp) / "lake", Path(tmp) / "checkpoints"
@@ -139,17 +154,27 @@ def main(rate: int, minutes: float, use_case_conf: tuple[str, ...], out: Path | 
             "TIDELAKE_CHECKPOINTS": str(checkpoints),
             "TIDELAKE_LOG_LEVEL": "WARNING",
         }
-        flow = start(CALL_EVENTS.name, env)
+        # every batch's offsets kept (Spark keeps 100): each input version is measured
+        kept = {"spark.sql.streaming.minBatchesToRetain": "1000000"}
+        kept |= dict(item.split("=", 1) for item in use_case_conf)
+        if one_application:
+            flow = start(
+                CALL_EVENTS.name, env | {"TIDELAKE_SPARK_CONF": json.dumps(kept)}, "--use-cases"
+            )
+        else:
+            flow = start(CALL_EVENTS.name, env)
         use_case = None
         try:
             with TreeSampler(flow.pid, interval_s=1.0) as flow_sampler:
                 log = lake / "call_events" / "_delta_log"
                 wait_for(lambda: log.exists() or None, 300, "the flow's table", poll_s=0.5)
-                # every batch's offsets kept (Spark keeps 100): each input version is measured
-                kept = {"spark.sql.streaming.minBatchesToRetain": "1000000"}
-                kept |= dict(item.split("=", 1) for item in use_case_conf)
-                use_case = start(USE_CASE, env | {"TIDELAKE_SPARK_CONF": json.dumps(kept)})
-                with TreeSampler(use_case.pid, interval_s=1.0) as use_case_sampler:
+                if not one_application:
+                    use_case = start(USE_CASE, env | {"TIDELAKE_SPARK_CONF": json.dumps(kept)})
+                with (
+                    TreeSampler(use_case.pid, interval_s=1.0)
+                    if use_case is not None
+                    else contextlib.nullcontext()
+                ) as use_case_sampler:
                     report = produce_demo_events(
                         CALL_EVENTS,
                         conf,
@@ -187,12 +212,13 @@ def main(rate: int, minutes: float, use_case_conf: tuple[str, ...], out: Path | 
         "rate": rate,
         "minutes": minutes,
         "use_case_conf": list(use_case_conf),
+        "one_application": one_application,
         "events": report.good,
         "achieved_rate": report.rate,
         "flow_peak_rss_mb": flow_sampler.peak_rss / 2**20,
         "flow_cpu_s": flow_sampler.total_cpu_s,
-        "use_case_peak_rss_mb": use_case_sampler.peak_rss / 2**20,
-        "use_case_cpu_s": use_case_sampler.total_cpu_s,
+        "use_case_peak_rss_mb": use_case_sampler.peak_rss / 2**20 if use_case_sampler else 0.0,
+        "use_case_cpu_s": use_case_sampler.total_cpu_s if use_case_sampler else 0.0,
         "table_caught_up_after_producer_s": table_behind_s,
         "use_case_caught_up_after_producer_s": use_case_behind_s,
         "input_versions_measured": len(fresh),
@@ -210,8 +236,9 @@ def main(rate: int, minutes: float, use_case_conf: tuple[str, ...], out: Path | 
         f"{figures['freshness_p99_ms']:,.0f} ms (target <= 5000), max "
         f"{figures['freshness_max_ms']:,.0f} ms\n"
         f"peak RSS: flow {figures['flow_peak_rss_mb']:,.0f} MB, {USE_CASE} "
-        f"{figures['use_case_peak_rss_mb']:,.0f} MB; CPU: flow {flow_sampler.total_cpu_s:,.0f} s, "
-        f"{USE_CASE} {use_case_sampler.total_cpu_s:,.0f} s\n"
+        f"{figures['use_case_peak_rss_mb']:,.0f} MB; CPU: flow {figures['flow_cpu_s']:,.0f} s, "
+        f"{USE_CASE} {figures['use_case_cpu_s']:,.0f} s"
+        f"{' (one application: the use case is in the flow figures)' if one_application else ''}\n"
         f"{USE_CASE}'s table at the end: version {table['table_version']:,}, "
         f"{table['files']} live files ({table['files_with_deletion_vector']} with a deletion "
         f"vector), {table['delta_log_files']} files in its log, "

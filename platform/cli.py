@@ -472,10 +472,18 @@ def produce(
     help="Keep the checkpoint under a new name and start a new one where the table's last batch "
     "ended (after restoring the table from an older copy).",
 )
+@click.option(
+    "--use-cases",
+    "with_use_cases",
+    is_flag=True,
+    help="Also run FLOW's streaming use cases, as queries of the same Spark application (a "
+    "FAIR pool each; one that fails is started again alone, with back-off).",
+)
 def stream(
     name: str,
     available_now: bool,
     restart_from_table: bool,
+    with_use_cases: bool,
     max_offsets_per_trigger: int | None,
     master: str | None,
     spark_conf: tuple[str, ...],
@@ -496,8 +504,14 @@ def stream(
             f"`tidelake use-case refresh {name}` makes them all again",
             param_hint="'FLOW|USE_CASE'",
         )
-    if use_case is not None and (available_now or restart_from_table):
-        raise click.UsageError("--available-now and --restart-from-table are a flow's options")
+    if use_case is not None and (available_now or restart_from_table or with_use_cases):
+        raise click.UsageError(
+            "--available-now, --restart-from-table and --use-cases are a flow's options"
+        )
+    if with_use_cases and (available_now or restart_from_table):
+        raise click.UsageError(
+            "--use-cases runs until stopped: not with --available-now or --restart-from-table"
+        )
     extra: dict[str, str] = {}
     for item in spark_conf:
         key, sep, value = item.partition("=")
@@ -520,6 +534,19 @@ def stream(
 
             (source,) = use_case.inputs.values()  # a streaming use case reads a flow
             run_use_case_stream(use_case, flows[source.flow], settings, stop=stop)
+            return
+        if with_use_cases:
+            from tidelake.streaming.stream.runner import run_flow_application
+            from tidelake.streaming.usecase.declared import declared_use_cases, streaming_on
+
+            use_cases = declared_use_cases(flows, settings.use_case_modules)
+            run_flow_application(
+                flows[name],
+                streaming_on(flows[name], use_cases),
+                settings,
+                kafka_client_config(),
+                stop=stop,
+            )
             return
         run_flow_stream(
             flows[name],

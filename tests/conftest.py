@@ -250,8 +250,11 @@ def spark(s3_server: LocalS3Server) -> Iterator[Any]:
     """One local SparkSession for the whole run (Spark takes 5-10 s to start on 2 cores), built
     once the S3 server's settings are in the environment."""
     from tidelake.streaming.spark.session import build_spark_session
+    from tidelake.streaming.stream.application import FAIR_SCHEDULING
 
-    session = build_spark_session("local[2]", {"spark.sql.shuffle.partitions": "2"})
+    # FAIR as a flow's application has it (queries without a pool share the default one)
+    conf = {"spark.sql.shuffle.partitions": "2", **FAIR_SCHEDULING}
+    session = build_spark_session("local[2]", conf)
     yield session
     session.stop()
 

@@ -1,5 +1,5 @@
-"""Run one flow's stream, or one use case's, as a process: until stopped, or until caught up
-(a flow's --available-now).
+"""Run one flow's stream, or one use case's, or a flow's streams in one Spark application, as a
+process: until stopped, or until caught up (a flow's --available-now).
 
 SIGTERM and SIGINT stop the query gracefully: the batch in flight commits first (up to
 query.BATCH_GRACE_S), then the query stops. A batch abandoned all the same (a second
@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from tidelake.streaming.flow.spec import FlowSpec
 from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.stream.application import FAIR_SCHEDULING, HostedQuery, run_application
 from tidelake.streaming.stream.query import FlowStream, run_query
 from tidelake.streaming.usecase.daily import BuiltDay, DaySource
 from tidelake.streaming.usecase.refresh import refresh_daily
@@ -54,6 +55,25 @@ def run_flow_stream(
         )
 
 
+def run_flow_application(
+    flow: FlowSpec,
+    use_cases: Sequence[UseCaseSpec],
+    settings: EngineSettings,
+    kafka_conf: Mapping[str, str],
+    *,
+    stop: threading.Event | None = None,
+) -> None:
+    """Start one Spark application and run the flow's query and the streaming `use_cases` on
+    its table as its queries (application.py), each restarted alone when it fails, until
+    stopped."""
+    stream = FlowStream(flow, settings, kafka_conf)
+    stream.preflight()
+    hosted: list[HostedQuery] = [stream, *(UseCaseStream(u, flow, settings) for u in use_cases)]
+    stop = stop or threading.Event()
+    with _spark_session(settings, f"tidelake-{flow.name}", FAIR_SCHEDULING) as spark:
+        run_application(spark, hosted, stop)
+
+
 def run_use_case_stream(
     use_case: UseCaseSpec,
     flow: FlowSpec,
@@ -84,11 +104,15 @@ def run_daily_refresh(
 
 
 @contextmanager
-def _spark_session(settings: EngineSettings, app_name: str) -> Iterator[SparkSession]:
+def _spark_session(
+    settings: EngineSettings, app_name: str, conf: Mapping[str, str] | None = None
+) -> Iterator[SparkSession]:
     from tidelake.streaming.spark.session import build_spark_session
 
     started = time.monotonic()
-    spark = build_spark_session(settings.spark_master, settings.spark_conf, app_name)
+    spark = build_spark_session(
+        settings.spark_master, {**settings.spark_conf, **(conf or {})}, app_name
+    )
     log.info("spark session ready in %.1fs", time.monotonic() - started)
     try:
         yield spark

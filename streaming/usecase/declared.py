@@ -51,6 +51,12 @@ def input_flow(use_case: UseCaseSpec, use_cases: Mapping[str, UseCaseSpec]) -> s
     return flow
 
 
+def streaming_on(flow: FlowSpec, use_cases: Mapping[str, UseCaseSpec]) -> list[UseCaseSpec]:
+    """The streaming use cases reading `flow`'s table: the queries its application hosts
+    beside the flow's own (stream/application.py)."""
+    return [u for u in use_cases.values() if u.streaming and input_flow(u, use_cases) == flow.name]
+
+
 def input_use_case(
     use_case: UseCaseSpec, use_cases: Mapping[str, UseCaseSpec]
 ) -> UseCaseSpec | None:

@@ -69,7 +69,8 @@ class UseCaseStream:
     def start(self, spark: SparkSession) -> StreamingQuery:
         """Start the query (after a full refresh when one was requested, refresh.py); a
         UseCaseError (naming the use case) if its function raises or its output does not fit
-        its table, before anything is written."""
+        its table, before anything is written; InputMissingError before its input exists."""
+        self.require_input()
         if take_refresh(self.use_case, self.settings):
             log.info("%s: full refresh: table and checkpoint deleted", self.query_name)
         rows = stream_input(spark, self.input_uri, self.flow, self.use_case)

@@ -10,6 +10,7 @@ use case, their table untouched.
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import re
 import threading
@@ -36,6 +37,7 @@ from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.calls.use_cases import ACCOUNT_ACTIVITY, CALLS_BY_REGION_DAILY
 from tidelake.streaming.flow.table_schema import table_schema
 from tidelake.streaming.polling import poll_until
+from tidelake.streaming.stream.application import Backoff, run_application
 from tidelake.streaming.stream.query import StreamFailedError, run_query
 from tidelake.streaming.usecase import planned_schema
 from tidelake.streaming.usecase.daily import DaySource, build_day
@@ -187,6 +189,88 @@ def test_append_and_upsert_land_exactly_once_through_replays_and_compaction(
     assert landed["call_sid"].is_unique
     assert set(landed["call_sid"]) == set(calls[calls["call_state"] == "failed"]["call_sid"])
     assert {d.isoformat() for d in landed["date"]} == {"2026-12-01", "2026-12-02"}
+
+
+def fails_while(poison: Path) -> Any:
+    """A use case function whose batches raise while the file `poison` exists (a bad deploy,
+    a bug met by some input), as an always-on query meets it: mid-run, on data."""
+
+    def check(account_sid):  # no hints: Spark would try to infer a UDF kind from them
+        if os.path.exists(poison):
+            raise ValueError(f"poisoned: {poison}")
+        return account_sid
+
+    def fragile_calls(call_events: DataFrame) -> DataFrame:
+        checked = F.udf(check, "string")(F.col("account_sid")).alias("account_sid")
+        return call_events.select("call_sid", checked, "event_timestamp")
+
+    return fragile_calls
+
+
+@pytest.mark.timeout(900)
+def test_a_flows_use_cases_share_one_application_and_fail_alone(
+    spark: Any, engine_settings: Any, tmp_path: Path
+) -> None:
+    """Two use cases as queries of one Spark application (stream/application.py), each in its
+    FAIR pool: one's function raising mid-run fails that query alone, started again with
+    back-off while the other's commits go on; once the cause is gone it catches up, and both
+    tables are exact."""
+    settings = engine_settings
+    land(settings, call_rows(21, 300, START_MS, 20 * 60_000))
+    poison = tmp_path / "poison"
+    fragile = declared("fragile_calls", fails_while(poison), Append())
+    hosted = [
+        UseCaseStream(ACCOUNT_ACTIVITY, CALL_EVENTS, settings),
+        UseCaseStream(fragile, CALL_EVENTS, settings),
+    ]
+    activity, fragile_stream = hosted
+    failures: list[tuple[str, float]] = []
+    stop = threading.Event()
+    runs: dict[str, Any] = {}
+    application = threading.Thread(
+        target=lambda: runs.update(
+            run_application(
+                spark,
+                hosted,
+                stop,
+                progress_interval_s=1.0,
+                backoff=Backoff(first_s=1.0, max_s=4.0),
+                on_failure=lambda name, _, delay: failures.append((name, delay)),
+            )
+        )
+    )
+    application.start()
+    try:
+        caught_up(activity, 0)
+        caught_up(fragile_stream, 0)
+        poison.touch()
+        land(settings, call_rows(22, 300, START_MS, 20 * 60_000))
+        poll_until(
+            lambda: len(failures) >= 3 or None,
+            timeout_s=240,
+            interval_s=0.5,
+            timeout_error=lambda _: AssertionError(f"the poisoned query failed {failures}"),
+        )
+        land(settings, call_rows(23, 300, START_MS, 20 * 60_000))
+        caught_up(activity, 2)  # its commits go on beside the failing query
+        assert committed_input_version(fragile_stream.checkpoint) == 0
+        poison.unlink()
+        caught_up(fragile_stream, 2)
+    finally:
+        stop.set()
+        application.join(180)
+    assert not application.is_alive()
+    assert {name for name, _ in failures} == {fragile_stream.query_name}
+    assert [delay for _, delay in failures[:3]] == [1.0, 2.0, 4.0]
+    assert runs[activity.query_name].failures == 0 and runs[activity.query_name].starts == 1
+    assert runs[fragile_stream.query_name].starts == len(failures) + 1
+    calls = read_delta(settings.table_uri(CALL_EVENTS.table)).to_pandas()
+    assert activity_differences(settings, calls) == {}
+    landed = read_delta(settings.table_uri(fragile.table)).to_pandas()
+    assert landed["call_sid"].is_unique and set(landed["call_sid"]) == set(calls["call_sid"])
+    scheduler = spark.sparkContext._jsc.sc()
+    for stream in hosted:  # each query's jobs ran in its own pool
+        assert scheduler.getPoolForName(stream.query_name).isDefined(), stream.query_name
 
 
 def raises(call_events: DataFrame) -> DataFrame:

@@ -73,3 +73,19 @@ def test_unknown_flow_lists_the_declared_ones(no_kafka_env: Path) -> None:
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 2
         assert "unknown flow 'nope'; declared flows: call_events" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["account_activity", "--use-cases"], "a flow's options"),
+        (["call_events", "--use-cases", "--available-now"], "runs until stopped"),
+        (["call_events", "--use-cases", "--restart-from-table"], "runs until stopped"),
+    ],
+)
+def test_use_cases_in_the_flows_application_is_a_flows_option(
+    no_kafka_env: Path, args: list[str], message: str
+) -> None:
+    result = CliRunner().invoke(main, ["stream", *args])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert "Traceback" not in result.output
