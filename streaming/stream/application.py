@@ -5,7 +5,8 @@ large batch does not hold the others' jobs, each restarted alone, with back-off,
 A query here is what the always-on job runs (FlowStream, UseCaseStream): built independently of
 where it runs, started with `start(spark)`. Its thread sets its pool before it starts the query;
 Spark's query thread inherits it (SparkContext's local properties are inheritable), and so do
-the jobs its foreachBatch runs.
+the jobs its foreachBatch runs. The thread also makes the session its active one, which the
+JVM keeps per thread.
 """
 
 from __future__ import annotations
@@ -128,6 +129,8 @@ def _supervise(
     on_failure: QueryFailed,
 ) -> None:
     """One query's thread: start it in its pool, await it, start it again after a failure."""
+    # the active session is per thread in the JVM (the flow's decoder looks it up there)
+    spark._jvm.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[union-attr]
     spark.sparkContext.setLocalProperty(POOL_PROPERTY, query.query_name)
     failures_in_a_row = 0
     while not stop.is_set():

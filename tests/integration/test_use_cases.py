@@ -37,6 +37,7 @@ from tidelake.streaming.calls.call_events import CALL_EVENTS
 from tidelake.streaming.calls.use_cases import ACCOUNT_ACTIVITY, CALLS_BY_REGION_DAILY
 from tidelake.streaming.flow.table_schema import table_schema
 from tidelake.streaming.polling import poll_until
+from tidelake.streaming.spark.extensions import tidelake_jvm
 from tidelake.streaming.stream.application import Backoff, run_application
 from tidelake.streaming.stream.query import StreamFailedError, run_query
 from tidelake.streaming.usecase import planned_schema
@@ -201,6 +202,7 @@ def fails_while(poison: Path) -> Any:
         return account_sid
 
     def fragile_calls(call_events: DataFrame) -> DataFrame:
+        tidelake_jvm("fragile_calls")  # planned in its query's thread: the session is active
         checked = F.udf(check, "string")(F.col("account_sid")).alias("account_sid")
         return call_events.select("call_sid", checked, "event_timestamp")
 
