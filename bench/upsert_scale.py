@@ -194,7 +194,7 @@ def main(small: int, large: int, batches: int, events: int, out: Path | None) ->
                 "keys": lake.keys,
                 **{k: summary([r[k] for r in rows]) for k in rows[0]},
                 **table_files(spark, lake.stream.table_uri),
-                "accounts_differing_from_recomputation": differences(
+                "differences_from_recomputation": differences(
                     spark, lake.input_uri, lake.stream.table_uri
                 ),
             }
