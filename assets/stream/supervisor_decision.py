@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from tidelake.streaming.settings import EngineSettings
+from tidelake.streaming.stream.backoff import Backoff
 
 
 class RunState(StrEnum):
@@ -78,7 +79,8 @@ class SupervisorPolicy:
     def delay(self, consecutive_failures: int) -> float:
         if consecutive_failures <= 1:
             return 0.0
-        return min(self.backoff_base_s * 2 ** (consecutive_failures - 2), self.backoff_cap_s)
+        doubling = Backoff(first_s=self.backoff_base_s, max_s=self.backoff_cap_s)
+        return doubling.delay(consecutive_failures - 1)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from tidelake.streaming.errors import TidelakeError
+from tidelake.streaming.stream.backoff import Backoff
 from tidelake.streaming.stream.query import ProgressHandler, log_progress, run_query
 
 log = logging.getLogger(__name__)
@@ -44,20 +45,6 @@ class HostedQuery(Protocol):
     def batch_error(self) -> TidelakeError | None: ...
 
 
-@dataclass(frozen=True)
-class Backoff:
-    """How long a failed query waits before its next start: `first_s`, doubled on each failure
-    in a row up to `max_s`; a query that ran `healthy_after_s` before failing starts the count
-    again."""
-
-    first_s: float = 5.0
-    max_s: float = 300.0
-    healthy_after_s: float = 300.0
-
-    def delay(self, failures_in_a_row: int) -> float:
-        return float(min(self.max_s, self.first_s * 2.0 ** max(0, failures_in_a_row - 1)))
-
-
 QueryFailed = Callable[[str, BaseException, float], None]
 """(query name, its error, seconds until its next start) -> None."""
 
@@ -72,7 +59,6 @@ class QueryRuns:
 
     starts: int = 0
     failures: int = 0
-    last_error: str | None = None
 
 
 def run_application(
@@ -151,7 +137,6 @@ def _supervise(
                 failures_in_a_row = 0
             failures_in_a_row += 1
             runs.failures += 1
-            runs.last_error = str(exc)
             delay = backoff.delay(failures_in_a_row)
             on_failure(query.query_name, exc, delay)
             if stop.wait(delay):

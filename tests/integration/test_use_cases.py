@@ -38,7 +38,8 @@ from tidelake.streaming.calls.use_cases import ACCOUNT_ACTIVITY, CALLS_BY_REGION
 from tidelake.streaming.flow.table_schema import table_schema
 from tidelake.streaming.polling import poll_until
 from tidelake.streaming.spark.extensions import tidelake_jvm
-from tidelake.streaming.stream.application import Backoff, run_application
+from tidelake.streaming.stream.application import run_application
+from tidelake.streaming.stream.backoff import Backoff
 from tidelake.streaming.stream.query import StreamFailedError, run_query
 from tidelake.streaming.usecase import planned_schema
 from tidelake.streaming.usecase.daily import DaySource, build_day

@@ -1,6 +1,6 @@
 """The back-off of a query that fails in a flow's application (stream/application.py)."""
 
-from tidelake.streaming.stream.application import Backoff
+from tidelake.streaming.stream.backoff import Backoff
 
 
 def test_each_failure_in_a_row_doubles_the_wait_up_to_its_cap() -> None:
